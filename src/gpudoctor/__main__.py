@@ -1,0 +1,6 @@
+"""``python -m gpudoctor`` is the ``gpudoctor`` command."""
+
+from gpudoctor.cli.app import main
+
+if __name__ == "__main__":
+    main()

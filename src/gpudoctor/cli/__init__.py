@@ -1,0 +1,1 @@
+"""The thin command-line layer: parse -> call one library function -> render."""

@@ -1,0 +1,1 @@
+"""Measure: NVML and host samplers, in-process probes, environment probes. Output is records."""

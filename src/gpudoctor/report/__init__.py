@@ -1,0 +1,1 @@
+"""Render records and findings: rich terminal views, JSON and self-contained HTML."""
