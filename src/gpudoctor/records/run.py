@@ -1,0 +1,141 @@
+"""What a diagnosed run was: the command, each rank's training setup, and the profiler window.
+
+Written by ``gpudoctor run`` (collectors) into a run directory; read by analysis and the report.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.records.base import record
+
+
+@record
+class LoaderConfig:
+    """Settings of one ``torch.utils.data.DataLoader`` the script iterated."""
+
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    batch_size: int | None
+    drop_last: bool
+    sampler: str  # class name: RandomSampler, DistributedSampler, ...
+    dataset: str  # class name of the dataset
+    dataset_len: int | None = None
+    set_epoch_called: bool | None = None  # DistributedSampler only: was set_epoch ever called
+    epochs_started: int = 0  # how many times iteration over the loader began
+    pin_memory_device: str = ""
+
+
+@record
+class DdpConfig:
+    """Settings of a ``DistributedDataParallel`` wrapper (or FSDP, ``kind="fsdp"``)."""
+
+    kind: str  # "ddp" | "fsdp" | "fsdp2"
+    device_ids: tuple[int, ...] = ()
+    bucket_cap_mb: float | None = None
+    find_unused_parameters: bool | None = None
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    comm_hook: str = ""
+
+
+@record
+class RankConfig:
+    """How one rank trained: device, precision, flags, model and loaders, as observed in-process."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+    device: str  # "cuda:0", "cpu"
+    device_name: str = ""
+    cuda_device_index: int | None = None  # the CUDA device this rank actually used
+    torch_version: str = ""
+    cuda_version: str | None = None
+    cudnn_version: int | None = None
+    cudnn_benchmark: bool | None = None
+    tf32_matmul: bool | None = None
+    tf32_cudnn: bool | None = None
+    float32_matmul_precision: str = ""
+    autocast_dtypes: tuple[str, ...] = ()  # dtypes seen in autocast regions ("bfloat16", ...)
+    grad_scaler: bool = False
+    compiled: bool = False
+    channels_last: bool | None = None
+    ddp: DdpConfig | None = None
+    param_count: int | None = None
+    param_dtypes: tuple[str, ...] = ()
+    optimizer: str = ""  # class name
+    optimizer_fused: bool | None = None
+    optimizer_foreach: bool | None = None
+    loaders: tuple[LoaderConfig, ...] = ()
+    backend: str = ""  # process-group backend, "" when not distributed
+    alloc_conf: str = ""  # PYTORCH_CUDA_ALLOC_CONF as seen by the process
+    gpu_total_memory_bytes: int | None = None
+
+
+@record
+class OpStat:
+    """One operator or kernel aggregated over the profiler window."""
+
+    name: str
+    count: int
+    total_us: float
+    kind: str = ""  # "kernel", "memcpy", "memset", "nccl", "cpu_op", "sync"
+
+
+@record
+class MemcpyStat:
+    """Copies of one kind seen in the profiler window."""
+
+    kind: str  # "HtoD", "DtoH", "DtoD"
+    pinned: bool | None  # source/destination pinned ("Pinned"/"Pageable" in the trace)
+    count: int
+    bytes: int | None
+    total_us: float
+
+
+@record
+class WindowSummary:
+    """A short ``torch.profiler`` window (a few steps after warm-up), reduced in-process.
+
+    Replaces a multi-GB trace with the numbers the analysis needs.
+    """
+
+    rank: int
+    first_step: int
+    last_step: int
+    wall_ms: float  # host wall time of the window
+    gpu_busy_ms: float | None  # union of kernel/memcpy intervals on the GPU
+    gpu_busy_frac: float | None  # gpu_busy_ms / wall_ms
+    kernel_count: int = 0
+    kernel_us_p50: float | None = None
+    kernel_us_p90: float | None = None
+    kernels_under_10us_frac: float | None = None
+    top_ops: tuple[OpStat, ...] = ()  # CPU-side ops by self time
+    top_kernels: tuple[OpStat, ...] = ()
+    memcpy: tuple[MemcpyStat, ...] = ()
+    sync_calls: int = 0  # cudaDeviceSynchronize / cudaStreamSynchronize / cudaMemcpy (sync)
+    sync_ms: float = 0.0
+    nccl_ms: float = 0.0
+    nccl_overlap_frac: float | None = None  # share of NCCL time overlapped by compute kernels
+    launch_count: int = 0  # cudaLaunchKernel (+ variants) calls
+    note: str = ""  # why some figure is missing
+
+
+@record
+class RunManifest:
+    """The run as a whole: what was run, how it ended, and where each file is."""
+
+    command: tuple[str, ...]
+    started_at: float  # time.time()
+    ended_at: float | None = None
+    exit_code: int | None = None
+    status: str = "running"  # running | completed | stopped | crashed | interrupted | no_steps | timeout
+    world_size: int | None = None
+    steps_requested: int | None = None  # --steps N, None with --full
+    hostname: str = ""
+    gpudoctor_version: str = ""
+    python: str = ""
+    knobs: tuple[str, ...] = ()  # --try knobs injected into this run
+    error: str = ""  # the child's last error lines when it crashed
+    ranks: tuple[int, ...] = ()

@@ -1,0 +1,125 @@
+"""The on-disk layout of a run directory, and loading it back.
+
+```
+RUNDIR/
+  manifest.json          RunManifest
+  config-rank{N}.json    RankConfig, one per rank
+  steps-rank{N}.jsonl    StepRecord lines, one per optimizer step
+  window-rank{N}.json    WindowSummary of the profiler window
+  gpu.jsonl              GpuSample lines from the NVML sampler (parent process)
+  host.jsonl             HostSample lines
+  env.json               CheckReport of the environment (when checked)
+  findings.json          the diagnosis (list of Finding)
+  stdout.log             the child's combined output
+  report.html            the HTML report (gpudoctor report)
+```
+Every JSON file carries ``schema_version``; see :mod:`gpudoctor.records.base`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudoctor.records.base import SchemaError, read_json, read_jsonl, record
+from gpudoctor.records.env import CheckReport
+from gpudoctor.records.finding import Finding
+from gpudoctor.records.gpu import GpuSample, HostSample
+from gpudoctor.records.run import RankConfig, RunManifest, WindowSummary
+from gpudoctor.records.step import StepRecord
+
+MANIFEST = "manifest.json"
+GPU_SAMPLES = "gpu.jsonl"
+HOST_SAMPLES = "host.jsonl"
+ENV = "env.json"
+FINDINGS = "findings.json"
+STDOUT = "stdout.log"
+REPORT = "report.html"
+
+KIND_MANIFEST = "run_manifest"
+KIND_CONFIG = "rank_config"
+KIND_STEPS = "steps"
+KIND_WINDOW = "window_summary"
+KIND_GPU = "gpu_samples"
+KIND_HOST = "host_samples"
+KIND_ENV = "check_report"
+KIND_FINDINGS = "findings"
+
+
+def steps_file(rank: int) -> str:
+    return f"steps-rank{rank}.jsonl"
+
+
+def config_file(rank: int) -> str:
+    return f"config-rank{rank}.json"
+
+
+def window_file(rank: int) -> str:
+    return f"window-rank{rank}.json"
+
+
+@record
+class FindingList:
+    """Wrapper so ``findings.json`` is one record like the other files."""
+
+    findings: tuple[Finding, ...]
+
+
+@dataclass
+class RunData:
+    """Everything in a run directory, loaded. Missing optional files are empty/None."""
+
+    path: Path
+    manifest: RunManifest
+    configs: dict[int, RankConfig] = field(default_factory=dict)
+    steps: dict[int, list[StepRecord]] = field(default_factory=dict)
+    windows: dict[int, WindowSummary] = field(default_factory=dict)
+    gpu: list[GpuSample] = field(default_factory=list)
+    host: list[HostSample] = field(default_factory=list)
+    env: CheckReport | None = None
+    findings: tuple[Finding, ...] | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(set(self.configs) | set(self.steps))
+
+
+_RANK_FILE = re.compile(r"^(config|steps|window)-rank(\d+)\.jsonl?$")
+
+
+def load_run(path: Path) -> RunData:
+    """Load a run directory. Raises :class:`SchemaError` with the file's name when one is bad.
+
+    Raises ``FileNotFoundError`` with what to do when ``path`` is not a run directory.
+    """
+    path = Path(path)
+    if not (path / MANIFEST).is_file():
+        raise FileNotFoundError(
+            f"{path} is not a gpudoctor run directory (no {MANIFEST}); "
+            "make one with `gpudoctor run -- python train.py`"
+        )
+    data = RunData(path=path, manifest=read_json(path / MANIFEST, RunManifest, kind=KIND_MANIFEST))
+    for child in sorted(path.iterdir()):
+        match = _RANK_FILE.match(child.name)
+        if not match:
+            continue
+        what, rank = match.group(1), int(match.group(2))
+        if what == "config":
+            data.configs[rank] = read_json(child, RankConfig, kind=KIND_CONFIG)
+        elif what == "steps":
+            data.steps[rank] = list(read_jsonl(child, StepRecord, kind=KIND_STEPS))
+        else:
+            data.windows[rank] = read_json(child, WindowSummary, kind=KIND_WINDOW)
+    if (path / GPU_SAMPLES).is_file():
+        data.gpu = list(read_jsonl(path / GPU_SAMPLES, GpuSample, kind=KIND_GPU))
+    if (path / HOST_SAMPLES).is_file():
+        data.host = list(read_jsonl(path / HOST_SAMPLES, HostSample, kind=KIND_HOST))
+    if (path / ENV).is_file():
+        data.env = read_json(path / ENV, CheckReport, kind=KIND_ENV)
+    if (path / FINDINGS).is_file():
+        data.findings = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS).findings
+    return data
+
+
+__all__ = ["FindingList", "RunData", "SchemaError", "load_run"]

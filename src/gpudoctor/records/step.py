@@ -1,0 +1,64 @@
+"""Per-step records: what one optimizer step of one rank cost, measured without added syncs.
+
+Both sides write these: the in-process probes of ``gpudoctor run`` (for an unmodified script) and
+the engine's observer (``gpudoctor.train``). Analysis reads them from ``steps-rank{N}.jsonl``.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.records.base import record
+from gpudoctor.records.memory import AllocatorStats
+
+
+@record
+class StepRecord:
+    """One optimizer step of one rank.
+
+    Times are host wall-clock milliseconds unless named ``gpu_``. ``step_ms`` runs from the end
+    of the previous optimizer step to the end of this one, so the parts below add up to at most it.
+
+    Attributes:
+        rank: global rank of the process.
+        step: optimizer-step index, from 0.
+        t_end_s: ``time.time()`` at the end of the step (to line up with GPU samples).
+        step_ms: host wall time of the whole step.
+        data_wait_ms: time blocked in ``DataLoader.__next__`` (waiting for the next batch).
+        h2d_ms: host time spent issuing host-to-device copies; ``None`` when not measured.
+        gpu_ms: GPU time between this step's boundaries, from CUDA events read lazily;
+            ``None`` on CPU or when not yet read.
+        h2d_bytes: bytes copied host-to-device in the step.
+        h2d_pageable_bytes: of those, bytes whose source was not pinned.
+        h2d_copies: number of host-to-device copy calls.
+        h2d_blocking_copies: copies issued without ``non_blocking=True``.
+        host_syncs: counted synchronising calls (``.item()``, ``.cpu()``, ``.tolist()``,
+            ``torch.cuda.synchronize()``, printing a CUDA tensor, ...).
+        samples: batch size (first dimension of the first batch tensor) or ``None``.
+        tokens: tokens in the step for sequence models, or ``None``.
+        loss: the loss value when it was read without a sync (lazily), else ``None``.
+        loss_finite: whether the loss was finite, checked asynchronously; ``None`` if unknown.
+        mem: allocator statistics at the end of the step (CUDA only).
+        scaler_scale: GradScaler scale after ``update()``, or ``None`` without a scaler.
+        scaler_skipped: whether the scaler skipped this optimizer step (inf/NaN gradients).
+        micro_steps: forward/backward passes folded into this optimizer step (accumulation).
+    """
+
+    rank: int
+    step: int
+    t_end_s: float
+    step_ms: float
+    data_wait_ms: float = 0.0
+    h2d_ms: float | None = None
+    gpu_ms: float | None = None
+    h2d_bytes: int = 0
+    h2d_pageable_bytes: int = 0
+    h2d_copies: int = 0
+    h2d_blocking_copies: int = 0
+    host_syncs: int = 0
+    samples: int | None = None
+    tokens: int | None = None
+    loss: float | None = None
+    loss_finite: bool | None = None
+    mem: AllocatorStats | None = None
+    scaler_scale: float | None = None
+    scaler_skipped: bool | None = None
+    micro_steps: int = 1
