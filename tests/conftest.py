@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 GOLDENS = Path(__file__).parent / "goldens"
 FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(Path(__file__).parent / "support"))  # test-support modules
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

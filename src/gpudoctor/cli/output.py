@@ -27,7 +27,8 @@ def stdout_console(width: int | None = None):
 def stderr_console():
     from rich.console import Console
 
-    return Console(file=sys.stderr, stderr=True)
+    # soft_wrap: messages hold paths and commands that must stay copy-pasteable
+    return Console(file=sys.stderr, stderr=True, soft_wrap=True)
 
 
 def emit_json(payload: Any) -> None:

@@ -1,0 +1,124 @@
+"""Series for plotting a run: GPU metrics over time, the per-step time breakdown, memory per step.
+
+Pure: records in, plain numbers out. The report draws these; it computes nothing itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudoctor.analysis.steps import least_squares
+from gpudoctor.records.gpu import GpuSample
+from gpudoctor.records.step import StepRecord
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """One GPU's samples as parallel lists; ``None`` where the metric was unavailable."""
+
+    index: int
+    name: str
+    t_s: list[float] = field(default_factory=list)  # seconds since the run's first sample
+    util_pct: list[float | None] = field(default_factory=list)
+    mem_used_gib: list[float | None] = field(default_factory=list)
+    power_w: list[float | None] = field(default_factory=list)
+    mem_total_gib: float | None = None
+    power_limit_w: float | None = None
+
+
+def gpu_series(samples: list[GpuSample]) -> list[GpuSeries]:
+    """Group samples by GPU index, in time order, with time relative to the first sample."""
+    if not samples:
+        return []
+    t0 = min(s.timestamp_s for s in samples)
+    by_index: dict[int, GpuSeries] = {}
+    for s in sorted(samples, key=lambda s: (s.index, s.timestamp_s)):
+        series = by_index.get(s.index)
+        if series is None:
+            series = GpuSeries(
+                index=s.index,
+                name=s.name,
+                mem_total_gib=None if s.mem_total_bytes is None else s.mem_total_bytes / GIB,
+                power_limit_w=s.power_limit_w,
+            )
+            by_index[s.index] = series
+        series.t_s.append(round(s.timestamp_s - t0, 3))
+        series.util_pct.append(s.util_gpu_pct)
+        series.mem_used_gib.append(None if s.mem_used_bytes is None else s.mem_used_bytes / GIB)
+        series.power_w.append(s.power_w)
+    return [by_index[i] for i in sorted(by_index)]
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where each step's host wall time went, in ms, one list entry per step.
+
+    ``data_wait + h2d + compute + other == step`` for every step. ``compute`` is the GPU time
+    measured with CUDA events when known (capped so the parts never exceed the step), else 0;
+    ``other`` is the rest: Python, launch overhead, host syncs and communication not hidden.
+    """
+
+    rank: int
+    step: list[int] = field(default_factory=list)
+    data_wait_ms: list[float] = field(default_factory=list)
+    h2d_ms: list[float] = field(default_factory=list)
+    compute_ms: list[float] = field(default_factory=list)
+    other_ms: list[float] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+
+
+def step_breakdown(rank: int, steps: list[StepRecord]) -> StepBreakdown:
+    """Split each step's wall time into data wait, H2D issue time, GPU compute and the rest."""
+    out = StepBreakdown(rank=rank)
+    for rec in sorted(steps, key=lambda r: r.step):
+        total = max(rec.step_ms, 0.0)
+        data = min(max(rec.data_wait_ms, 0.0), total)
+        h2d = min(max(rec.h2d_ms or 0.0, 0.0), total - data)
+        compute = min(max(rec.gpu_ms or 0.0, 0.0), total - data - h2d)
+        out.step.append(rec.step)
+        out.data_wait_ms.append(round(data, 3))
+        out.h2d_ms.append(round(h2d, 3))
+        out.compute_ms.append(round(compute, 3))
+        out.other_ms.append(round(total - data - h2d - compute, 3))
+        out.step_ms.append(round(total, 3))
+    return out
+
+
+@dataclass(frozen=True)
+class MemorySeries:
+    """Allocator memory per step (GiB) and the least-squares trend of ``allocated``."""
+
+    rank: int
+    step: list[int] = field(default_factory=list)
+    allocated_gib: list[float] = field(default_factory=list)
+    reserved_gib: list[float] = field(default_factory=list)
+    peak_gib: list[float] = field(default_factory=list)
+    slope_gib_per_step: float | None = None
+    intercept_gib: float | None = None
+
+
+def memory_series(rank: int, steps: list[StepRecord], *, warmup_steps: int = 3) -> MemorySeries:
+    """Allocated / reserved / peak per step, and the trend of allocated after warm-up."""
+    out = MemorySeries(rank=rank)
+    for rec in sorted(steps, key=lambda r: r.step):
+        if rec.mem is None:
+            continue
+        out.step.append(rec.step)
+        out.allocated_gib.append(rec.mem.allocated_bytes / GIB)
+        out.reserved_gib.append(rec.mem.reserved_bytes / GIB)
+        out.peak_gib.append(rec.mem.peak_allocated_bytes / GIB)
+    pairs = [(s, a) for s, a in zip(out.step, out.allocated_gib) if s >= warmup_steps]
+    fit = least_squares([float(s) for s, _ in pairs], [a for _, a in pairs])
+    if fit is None:
+        return out
+    return MemorySeries(
+        rank=rank,
+        step=out.step,
+        allocated_gib=out.allocated_gib,
+        reserved_gib=out.reserved_gib,
+        peak_gib=out.peak_gib,
+        slope_gib_per_step=fit.slope,
+        intercept_gib=fit.intercept,
+    )

@@ -1,0 +1,46 @@
+"""``gpudoctor report RUNDIR``: render a run directory as one self-contained HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        rundir: Path = typer.Argument(..., help="A run directory made by `gpudoctor run` or `doctor`."),
+        output: Path = typer.Option(
+            None, "--output", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
+        ),
+        json_output: bool = typer.Option(False, "--json", help="Print the report's path as JSON."),
+    ) -> None:
+        """Render RUNDIR as one self-contained HTML report that works offline.
+
+        The verdict and findings as cards (evidence, fix, expected gain), GPU utilization, memory
+        and power over time, the step-time breakdown and allocator memory per step and rank, the
+        environment check and the run's configuration. Findings are re-analysed when the run
+        directory has none.
+        """
+        from gpudoctor.cli.output import emit_json, fail, stdout_console
+        from gpudoctor.records.base import SchemaError
+        from gpudoctor.records.rundir import load_run
+        from gpudoctor.report.html import write_report
+
+        try:
+            run = load_run(rundir)
+        except (FileNotFoundError, SchemaError) as exc:
+            fail(str(exc))
+        findings = run.findings
+        if findings is None:
+            from gpudoctor.analysis.diagnose import diagnose
+
+            findings = tuple(diagnose(run))
+        if output is not None and output.is_dir():
+            output = output / "report.html"
+        path = write_report(run, findings, output)
+        if json_output:
+            emit_json({"report": str(path), "size_bytes": path.stat().st_size})
+        else:
+            stdout_console().print(f"report written to [bold]{path}[/]", highlight=False)

@@ -1,0 +1,125 @@
+"""The self-contained HTML report of a run: verdict, finding cards, charts, environment, config.
+
+One file, no network: BokehJS and the CSS are embedded once. Every user-supplied string (the
+command, GPU names, file names, finding text) passes through Jinja2's autoescaping; chart data
+travels as JSON inside ``<script type="application/json">``, which Bokeh escapes.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import fields, is_dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.analysis import timeline
+from gpudoctor.records.finding import Finding, rank_findings
+from gpudoctor.records.rundir import REPORT, RunData
+from gpudoctor.report import charts
+
+MAX_RANK_CHARTS = 8  # beyond this, per-rank charts are drawn for the first ranks only
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "—"
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"
+    )
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return "N/A"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (tuple, list)):
+        return ", ".join(_plain(v) for v in value) or "—"
+    if is_dataclass(value):
+        return "; ".join(f"{f.name}={_plain(getattr(value, f.name))}" for f in fields(value))
+    return str(value)
+
+
+def config_rows(run: RunData) -> list[tuple[str, list[str]]]:
+    """(setting, value per rank) rows of the ranks' configuration, loaders last."""
+    ranks = sorted(run.configs)
+    if not ranks:
+        return []
+    skip = {"rank", "loaders"}
+    rows = []
+    for f in fields(run.configs[ranks[0]]):
+        if f.name in skip:
+            continue
+        rows.append((f.name, [_plain(getattr(run.configs[r], f.name)) for r in ranks]))
+    for r in ranks:
+        for i, loader in enumerate(run.configs[r].loaders):
+            rows.append((f"rank {r} loader {i}", [_plain(loader)] + [""] * (len(ranks) - 1)))
+    return rows
+
+
+def build_figures(run: RunData) -> dict[str, object]:
+    """The report's charts, by name; a chart is left out when its data is missing."""
+    figures: dict[str, object] = {}
+    series = timeline.gpu_series(run.gpu)
+    if series:
+        figures["gpu_util"] = charts.gpu_chart(series, "util_pct", "GPU utilization", "%")
+        figures["gpu_mem"] = charts.gpu_chart(series, "mem_used_gib", "GPU memory used", "GiB")
+        if any(v is not None for s in series for v in s.power_w):
+            figures["gpu_power"] = charts.gpu_chart(series, "power_w", "GPU power", "W")
+    for rank in sorted(run.steps)[:MAX_RANK_CHARTS]:
+        steps = run.steps[rank]
+        if not steps:
+            continue
+        figures[f"steps_rank{rank}"] = charts.step_chart(timeline.step_breakdown(rank, steps))
+        mem = timeline.memory_series(rank, steps)
+        if mem.step:
+            figures[f"memory_rank{rank}"] = charts.memory_chart(mem)
+    return figures
+
+
+def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...]) -> str:
+    """Render the whole report as one HTML string."""
+    from jinja2 import Environment, select_autoescape
+
+    from gpudoctor import __version__
+
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters["pct"] = lambda v: "—" if v is None else f"{v * 100:.0f}%"
+    template_text = (
+        resources.files("gpudoctor.report").joinpath("templates/report.html.j2").read_text("utf-8")
+    )
+    ranked = rank_findings(list(findings))
+    figure_map = build_figures(run)
+    rendered = charts.render_charts(figure_map)
+    manifest = run.manifest
+    return env.from_string(template_text).render(
+        title=f"gpudoctor report — {' '.join(manifest.command) or run.path.name}",
+        manifest=manifest,
+        command=" ".join(manifest.command),
+        started=_when(manifest.started_at),
+        ended=_when(manifest.ended_at),
+        findings=ranked,
+        problems=[f for f in ranked if f.severity.value != "info"],
+        env=run.env,
+        config_ranks=sorted(run.configs),
+        config_rows=config_rows(run),
+        charts=rendered,
+        chart_names=list(figure_map),
+        version=__version__,
+        run_path=str(run.path),
+    )
+
+
+def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
+                 out: Path | None = None) -> Path:
+    """Render and write the report (default ``RUNDIR/report.html``); return its path."""
+    path = Path(out) if out is not None else run.path / REPORT
+    text = render_report(run, findings)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+__all__ = ["build_figures", "config_rows", "render_report", "write_report"]

@@ -1,0 +1,73 @@
+"""The HTML report: self-contained, escaped, charts present, fast and small enough."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from run_factory import PLANTED, make_findings, make_run
+
+from gpudoctor.records.rundir import load_run
+from gpudoctor.report.html import render_report, write_report
+
+
+def _skeleton(html: str) -> str:
+    """The report without the embedded BokehJS and chart data, for the golden comparison."""
+    html = re.sub(r"<script>\n/\* BEGIN bokeh\.min\.js \*/.*?</script>", "<script>BOKEHJS</script>",
+                  html, flags=re.S)
+    html = re.sub(r"<script>\n\(function\(\) \{.*?</script>", "<script>CHART-DATA</script>",
+                  html, flags=re.S)
+    html = re.sub(r"id=\"[0-9a-f-]{36}\"", 'id="UUID"', html)
+    html = re.sub(r"data-root-id=\"[^\"]+\"", 'data-root-id="ID"', html)
+    html = re.sub(r"run directory <code>[^<]*</code>", "run directory <code>RUNDIR</code>", html)
+    html = re.sub(r"gpudoctor \d+\.\d+\.\d+", "gpudoctor VERSION", html)
+    return html
+
+
+def test_report_skeleton_golden(tmp_path, golden) -> None:
+    run = load_run(make_run(tmp_path / "run"))
+    html = render_report(run, make_findings())
+    golden("report/report_skeleton.html", _skeleton(html))
+
+
+def test_report_is_self_contained_and_has_every_chart(tmp_path) -> None:
+    html = render_report(load_run(make_run(tmp_path / "run")), make_findings())
+    # no external resources: scripts and styles are inline
+    assert not re.search(r"<script[^>]+src=", html)
+    assert not re.search(r"<link[^>]+stylesheet", html)
+    for chart in ("gpu_util", "gpu_mem", "gpu_power", "steps_rank0", "memory_rank0"):
+        assert f'id="chart-{chart}"' in html
+    assert "Data-loader bound" in html and "expected gain: 38% of step time" in html
+
+
+def test_user_strings_are_escaped(tmp_path) -> None:
+    run = load_run(make_run(tmp_path / "run", planted=PLANTED))
+    html = render_report(run, make_findings(PLANTED))
+    # outside the JSON chart data, the planted markup only ever appears escaped
+    text = re.sub(r"<script>\n\(function\(\) \{.*?</script>", "", html, flags=re.S)
+    assert "<script>window.__pwned" not in text
+    assert "&lt;/script&gt;&lt;script&gt;window.__pwned" in text
+    # the chart data is inside the embed script: the planted "</script>" must not close it
+    embed = re.search(r"<script>\n\(function\(\) \{(.*?)</script>", html, re.S).group(1)
+    assert "window.__pwned" in embed and "</script" not in embed.lower()
+
+
+def test_ten_minute_run_at_10hz_is_fast_and_small(tmp_path) -> None:
+    """Bar of issue 8: <= 2 s for a 10-minute run sampled at 10 Hz, HTML <= 5 MB."""
+    run = load_run(make_run(tmp_path / "run", seconds=600, hz=10, steps=1500))
+    start = time.perf_counter()
+    path = write_report(run, make_findings())
+    elapsed = time.perf_counter() - start
+    size = path.stat().st_size
+    assert size <= 5 * 1024 * 1024, f"report is {size / 1e6:.1f} MB"
+    assert elapsed <= 2.0 * 2, f"report took {elapsed:.2f}s"  # 2x slack for a loaded 2-core CI
+
+
+def test_missing_parts_are_said_not_crashed(tmp_path) -> None:
+    run_path = make_run(tmp_path / "run")
+    for name in ("gpu.jsonl", "env.json", "steps-rank0.jsonl", "config-rank0.json"):
+        (run_path / name).unlink()
+    html = render_report(load_run(run_path), [])
+    assert "No GPU samples or step records were gathered." in html
+    assert "The environment was not checked" in html
+    assert "No problems found" in html
