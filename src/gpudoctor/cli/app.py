@@ -8,6 +8,7 @@ import importlib
 import sys
 
 import typer
+import typer.core
 
 from gpudoctor import __version__
 from gpudoctor.errors import GpuDoctorUserError
@@ -15,9 +16,33 @@ from gpudoctor.errors import GpuDoctorUserError
 # Command modules, in the order ``--help`` lists them. Each defines ``register(app)``.
 COMMAND_MODULES = (
     "gpudoctor.cli.check",
+    "gpudoctor.cli.run",
+    "gpudoctor.cli.diagnose",
+    "gpudoctor.cli.report",
+    "gpudoctor.cli.memory",
+    "gpudoctor.cli.monitor",
+    "gpudoctor.cli.bench",
+    "gpudoctor.cli.lint",
+    "gpudoctor.cli.explain",
+    "gpudoctor.cli.tune",
 )
 
+
+class _Root(typer.core.TyperGroup):
+    """The root group: a user error anywhere below becomes a clear message and exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GpuDoctorUserError as exc:
+            from gpudoctor.cli.output import EXIT_USAGE, stderr_console
+
+            stderr_console().print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(EXIT_USAGE) from None
+
+
 app = typer.Typer(
+    cls=_Root,
     name="gpudoctor",
     help=(
         "Find out why PyTorch training on NVIDIA GPUs is slow, runs out of memory, produces NaN "
@@ -50,13 +75,8 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point: run the app, turning user errors into exit code 2."""
+    """Console-script entry point."""
     try:
         app()
-    except GpuDoctorUserError as exc:
-        from gpudoctor.cli.output import EXIT_USAGE, stderr_console
-
-        stderr_console().print(f"[bold red]error:[/] {exc}", highlight=False)
-        sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:
         sys.exit(130)

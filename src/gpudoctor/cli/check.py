@@ -1,12 +1,101 @@
-"""``gpudoctor check`` (being built: see issue 2)."""
+"""``gpudoctor check``: the layered environment check (driver → runtime → device files →
+context → compute → libraries → communication → host), with ``--freeze`` / ``--against``.
+
+Parses options, gathers facts (or reads recorded ones with ``--facts``), applies the pure
+rules, renders. Exit codes: 0 every row passes (warnings allowed), 1 a row or a frozen-env
+difference fails, 2 a usage error.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from gpudoctor.cli.output import EXIT_FINDINGS, EXIT_OK, emit_json, fail, stdout_console
+
+
+def _read_facts(path: Path):
+    from gpudoctor.records.base import SchemaError, from_dict
+    from gpudoctor.records.env import EnvFacts
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        fail(f"cannot read facts from {path} ({exc}); pass the output of `gpudoctor check --json`")
+    if isinstance(data, dict) and "facts" in data:
+        data = data["facts"]
+    try:
+        return from_dict(EnvFacts, data)
+    except SchemaError as exc:
+        fail(f"{path} does not hold check facts ({exc}); pass the output of `gpudoctor check --json`")
+
+
+def _read_frozen(path: Path):
+    from gpudoctor.analysis.env_diff import KIND
+    from gpudoctor.records.base import SchemaError, read_json
+    from gpudoctor.records.env import FrozenEnv
+
+    try:
+        return read_json(path, FrozenEnv, kind=KIND)
+    except FileNotFoundError:
+        fail(f"{path} does not exist; write one with `gpudoctor check --freeze {path}`")
+    except (OSError, SchemaError) as exc:
+        fail(f"cannot use {path} as a frozen environment ({exc}); write one with --freeze")
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def check(json_output: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-        """Check the GPU stack layer by layer."""
-        typer.echo("check: not built yet")
+    def check(
+        json_output: bool = typer.Option(False, "--json", help="Print JSON (rows, verdict, facts) on stdout."),
+        timeout: float = typer.Option(
+            60.0, "--timeout", help="Seconds the torch/GPU probe subprocess may run before it is "
+            "killed and reported as hung."),
+        freeze: Optional[Path] = typer.Option(
+            None, "--freeze", metavar="FILE",
+            help="Also write what matters for reproducing this environment to FILE."),
+        against: Optional[Path] = typer.Option(
+            None, "--against", metavar="FILE",
+            help="Compare with an environment frozen earlier (--freeze) and explain each difference."),
+        facts_file: Optional[Path] = typer.Option(
+            None, "--facts", metavar="FILE",
+            help="Judge facts recorded earlier (a `check --json` output) instead of probing this machine."),
+    ) -> None:
+        """Check the GPU stack layer by layer: which layer is broken, and how to fix it."""
+        if timeout <= 0:
+            fail(f"--timeout must be a positive number of seconds, got {timeout}; try 60")
+        from gpudoctor.analysis.env_diff import KIND, diff, freeze as freeze_env
+        from gpudoctor.analysis.env_rules import check_env
+        from gpudoctor.records.base import SCHEMA_VERSION, write_json
+        from gpudoctor.records.env import Verdict
+
+        frozen_there = _read_frozen(against) if against is not None else None  # fail before probing
+        if facts_file is not None:
+            facts = _read_facts(facts_file)
+        else:
+            from gpudoctor.collectors.env import gather_facts
+
+            facts = gather_facts(timeout_s=timeout)
+        report = check_env(facts)
+        here = freeze_env(facts)
+        differences = diff(here, frozen_there) if frozen_there is not None else None
+        if freeze is not None:
+            try:
+                write_json(freeze, here, kind=KIND)
+            except OSError as exc:
+                fail(f"cannot write {freeze} ({exc}); choose a writable path")
+        failed = report.worst is Verdict.FAIL or any(
+            d.verdict is Verdict.FAIL for d in differences or ())
+        if json_output:
+            emit_json({"schema_version": SCHEMA_VERSION, "kind": "gpudoctor.check",
+                       "verdict": report.worst, "summary": report.summary,
+                       "duration_ms": report.duration_ms, "results": report.results,
+                       "differences": differences, "facts": facts})
+        else:
+            from gpudoctor.report.check_view import render_check
+
+            render_check(stdout_console(), report, differences=differences,
+                         against=str(against or ""), frozen_to=str(freeze or ""))
+        raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)

@@ -106,10 +106,14 @@ def _autocast(device, precision: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _cuda_point(model_factory, make_batch, batch, config, device, loss_fn) -> MemoryPoint:
-    """Train ``config.steps`` steps at ``batch`` on a GPU; the last step's stage peaks."""
+def measure_point(model_factory, make_batch, batch, config, device, loss_fn=None) -> MemoryPoint:
+    """Train ``config.steps`` real steps at ``batch`` on a GPU; the last step's stage peaks.
+
+    This is also the ground truth an estimate is checked against.
+    """
     import torch
 
+    loss_fn = loss_fn or default_loss
     torch.cuda.synchronize(device)
     model = model_factory().to(device)
     opt = _optimizer(config.optimizer, model.parameters())
@@ -213,7 +217,7 @@ def estimate_memory(
         del model
         capacity = int(torch.cuda.get_device_properties(device).total_memory)
         for batch in config.probes():
-            points.append(_cuda_point(model_factory, make_batch, batch, config, device, loss_fn))
+            points.append(measure_point(model_factory, make_batch, batch, config, device, loss_fn))
         fixed, per_sample = memory_model.fit_affine(
             [(p.batch_size, p.peak_allocated_bytes) for p in points]
         )

@@ -73,3 +73,34 @@ class MemoryEstimate:
     capacity_bytes: int | None = None  # device memory, when known
     max_batch_size: int | None = None  # largest batch whose estimate fits capacity with margin
     margin: float = 0.1
+
+
+@record
+class LiveBlock:
+    """A block of device memory live at the moment of an out-of-memory error."""
+
+    size_bytes: int
+    frames: tuple[str, ...] = ()  # "file.py:123 function", innermost first, Python frames only
+    stream: int = 0
+
+
+@record
+class OomSnapshot:
+    """What the allocator held when an allocation failed, reduced from ``torch.cuda.memory._snapshot()``.
+
+    The full snapshot is also dumped as a pickle for PyTorch's own viewer
+    (drag it onto pytorch.org/memory_viz, or
+    ``python -m torch.cuda._memory_viz trace_plot snapshot.pickle -o snapshot.html``).
+    """
+
+    device: int
+    requested_bytes: int
+    allocated_bytes: int  # by tensors, per the allocator
+    reserved_bytes: int  # held by the caching allocator (allocated + cached free blocks)
+    device_free_bytes: int  # free on the device per the driver at the moment of the OOM
+    device_total_bytes: int
+    blocks: tuple[LiveBlock, ...] = ()
+    inactive_split_bytes: int = 0
+    alloc_retries: int = 0
+    pickle_path: str = ""  # the full snapshot, for PyTorch's memory viewer
+    step: int | None = None

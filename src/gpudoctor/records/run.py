@@ -28,9 +28,13 @@ class LoaderConfig:
 
 @record
 class DdpConfig:
-    """Settings of a ``DistributedDataParallel`` wrapper (or FSDP, ``kind="fsdp"``)."""
+    """Settings of a ``DistributedDataParallel`` wrapper (or FSDP, ``kind="fsdp"``).
 
-    kind: str  # "ddp" | "fsdp" | "fsdp2"
+    ``gpudoctor run`` also reports the single-process ``torch.nn.DataParallel`` as ``kind="dp"``
+    (with its ``device_ids``): one process driving several GPUs, slower than DDP.
+    """
+
+    kind: str  # "ddp" | "fsdp" | "fsdp2" | "dp"
     device_ids: tuple[int, ...] = ()
     bucket_cap_mb: float | None = None
     find_unused_parameters: bool | None = None
@@ -71,6 +75,13 @@ class RankConfig:
     backend: str = ""  # process-group backend, "" when not distributed
     alloc_conf: str = ""  # PYTORCH_CUDA_ALLOC_CONF as seen by the process
     gpu_total_memory_bytes: int | None = None
+    # Added by ``gpudoctor run``: the physical GPU behind ``cuda_device_index`` (its UUID), and
+    # CUDA_VISIBLE_DEVICES as the rank saw it — ranks that each see "cuda:0" through their own
+    # CUDA_VISIBLE_DEVICES are on different GPUs; the same UUID on two ranks means a shared GPU.
+    cuda_device_uuid: str = ""
+    cuda_visible_devices: str | None = None
+    # Added by ``gpudoctor run``: torch.backends.cudnn.deterministic (slower convolutions when on).
+    cudnn_deterministic: bool | None = None
 
 
 @record
@@ -139,3 +150,9 @@ class RunManifest:
     knobs: tuple[str, ...] = ()  # --try knobs injected into this run
     error: str = ""  # the child's last error lines when it crashed
     ranks: tuple[int, ...] = ()
+    # Added by ``gpudoctor run``: why some evidence is missing ("no NVML: ...", "profiler off").
+    notes: tuple[str, ...] = ()
+    # Added by ``gpudoctor run``: optimizer steps each rank recorded, in ``ranks`` order.
+    steps_recorded: tuple[int, ...] = ()
+    # Added by ``gpudoctor run``: the profiler window asked for, as (first, last) step, or ().
+    profile_window: tuple[int, ...] = ()

@@ -40,6 +40,8 @@ class StepRecord:
         scaler_scale: GradScaler scale after ``update()``, or ``None`` without a scaler.
         scaler_skipped: whether the scaler skipped this optimizer step (inf/NaN gradients).
         micro_steps: forward/backward passes folded into this optimizer step (accumulation).
+        empty_cache_calls: ``torch.cuda.empty_cache()`` calls in the step (added by
+            ``gpudoctor run``; calling it every step slows training and fixes no leak).
     """
 
     rank: int
@@ -62,3 +64,4 @@ class StepRecord:
     scaler_scale: float | None = None
     scaler_skipped: bool | None = None
     micro_steps: int = 1
+    empty_cache_calls: int = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpudoctor.core.specs import DTYPES, load_specs, match_spec, peak_flops
@@ -56,3 +58,26 @@ def test_peak_flops_units_and_missing_dtype() -> None:
     assert peak_flops("Tesla T4", "bf16") is None
     with pytest.raises(ValueError, match="not one of"):
         match_spec("NVIDIA H200").peak_tflops("int4")
+
+
+def _cited_numbers(source: str) -> list[float]:
+    """Every number the source cites, also ×1000 (PFLOPS → TFLOPS, TB/s → GB/s)."""
+    numbers = [float(n) for n in re.findall(r"\d+(?:\.\d+)?", source.replace(",", ""))]
+    return numbers + [n * 1000 for n in numbers]
+
+
+@pytest.mark.parametrize("spec", load_specs(), ids=lambda s: s.key)
+def test_every_figure_is_one_its_source_cites(spec) -> None:
+    """Each value is a figure printed in the cited document, or half of a "with sparsity" one."""
+    cited = _cited_numbers(spec.source)
+
+    def printed(value: float) -> bool:
+        return any(abs(c - value) <= 1e-3 * value or abs(c - 2 * value) <= 1e-3 * value
+                   for c in cited)
+
+    assert printed(spec.mem_bandwidth_gbs), (spec.key, "bandwidth", spec.mem_bandwidth_gbs)
+    for dtype in DTYPES:
+        value = spec.peak_tflops(dtype)
+        assert value is None or printed(value), (spec.key, dtype, value)
+    assert "NVIDIA" in spec.source and ("dense" in spec.source or "sparsity" in spec.source
+                                        or "no bf16" in spec.source)

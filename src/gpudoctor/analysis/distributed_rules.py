@@ -1,0 +1,198 @@
+"""Several ranks: sampler epochs, device placement, exposed communication, stragglers."""
+
+from __future__ import annotations
+
+from gpudoctor.analysis.facts import RunFacts
+from gpudoctor.analysis.prescription import ms, pct, performance_finding
+from gpudoctor.analysis.steps import median
+from gpudoctor.analysis.thresholds import Thresholds
+from gpudoctor.records.finding import Finding, Severity
+from gpudoctor.records.run import RankConfig
+
+CODE_SET_EPOCH = "GD-RUN-NO-SET-EPOCH"
+CODE_SAME_GPU = "GD-RUN-SAME-GPU"
+CODE_COMM = "GD-RUN-DDP-COMM-EXPOSED"
+CODE_STRAGGLER = "GD-RUN-STRAGGLER"
+
+
+def check_set_epoch(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """A DistributedSampler iterated without ``set_epoch``: every epoch repeats the same order."""
+    for rank, cfg in sorted(facts.configs.items()):
+        for loader in cfg.loaders:
+            # set_epoch_called is None for a sampler without set_epoch (nothing to forget)
+            if loader.set_epoch_called is not False:
+                continue
+            if loader.epochs_started < 1:
+                continue
+            return [Finding(
+                code=CODE_SET_EPOCH, severity=Severity.WARN,
+                title="DistributedSampler without set_epoch(): every epoch uses the same shuffle",
+                evidence=(
+                    f"rank {rank}: {loader.sampler or 'sampler'} over {loader.dataset}"
+                    + (f" ({loader.dataset_len} samples)" if loader.dataset_len else "")
+                    + f", {loader.epochs_started} epoch(s) started, set_epoch never called",
+                ),
+                fix=(
+                    "for epoch in range(epochs):\n"
+                    "    sampler.set_epoch(epoch)   # new permutation each epoch, same on every rank\n"
+                    "    for x, y in loader:\n"
+                    "        ..."
+                ),
+                expected_gain=None,
+            )]
+    return []
+
+
+def _physical_gpu(cfg: RankConfig) -> str | None:
+    """Which physical GPU a rank used: its UUID, else its index mapped through its own
+    CUDA_VISIBLE_DEVICES (each rank may see a different GPU as "cuda:0")."""
+    if cfg.cuda_device_uuid:
+        return cfg.cuda_device_uuid
+    if cfg.cuda_device_index is None:
+        return None
+    if cfg.cuda_visible_devices:
+        visible = [v.strip() for v in cfg.cuda_visible_devices.split(",") if v.strip()]
+        if cfg.cuda_device_index < len(visible):
+            return visible[cfg.cuda_device_index]
+    return str(cfg.cuda_device_index)
+
+
+def _shared_gpus(facts: RunFacts) -> dict[str, list[int]]:
+    """GPU label -> ranks, for GPUs used by two or more ranks."""
+    configs = {r: c for r, c in sorted(facts.configs.items()) if c.device.startswith("cuda")}
+    by_gpu: dict[str, list[int]] = {}
+    if configs and all(c.cuda_device_uuid for c in configs.values()):
+        # the UUID is exact: trust it over everything else
+        for rank, cfg in configs.items():
+            by_gpu.setdefault(f"{cfg.cuda_device_index} ({cfg.cuda_device_uuid})", []).append(rank)
+    else:
+        # NVML's process lists name the physical GPU; in a container they may hold host PIDs that
+        # match no rank, and then the ranks' own (visible-device-mapped) indices decide
+        pids = {cfg.pid: rank for rank, cfg in configs.items()}
+        for gpu in facts.gpus:
+            ranks = sorted(pids[p] for p in gpu.pids if p in pids)
+            if ranks:
+                by_gpu[str(gpu.index)] = ranks
+        if not by_gpu:
+            for rank, cfg in configs.items():
+                label = _physical_gpu(cfg)
+                if label is not None:
+                    by_gpu.setdefault(label, []).append(rank)
+    return {label: ranks for label, ranks in by_gpu.items() if len(ranks) >= 2}
+
+
+def check_same_gpu(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """Several ranks on one GPU, usually because ``torch.cuda.set_device(local_rank)`` is missing."""
+    if not facts.on_gpu or facts.world_size < 2:
+        return []
+    shared = _shared_gpus(facts)
+    if not shared:
+        return []
+    label, ranks = next(iter(sorted(shared.items())))
+    evidence = [f"ranks {', '.join(map(str, ranks))} all ran on GPU {label}"]
+    if facts.gpus:
+        evidence.append(f"GPUs sampled on this machine: {len(facts.gpus)}")
+    return [Finding(
+        code=CODE_SAME_GPU, severity=Severity.ERROR,
+        title=f"{len(ranks)} ranks share GPU {label.split(' ')[0]}: each gets a fraction of one GPU",
+        evidence=tuple(evidence),
+        fix=(
+            "local_rank = int(os.environ[\"LOCAL_RANK\"])\n"
+            "torch.cuda.set_device(local_rank)                 # first, before anything touches CUDA\n"
+            "dist.init_process_group(\"nccl\", device_id=torch.device(\"cuda\", local_rank))\n"
+            "model = DDP(model.to(local_rank), device_ids=[local_rank])\n"
+            "# and start one process per GPU: torchrun --nproc_per_node <number of GPUs>"
+        ),
+        expected_gain=None,
+    )]
+
+
+def check_comm_exposed(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """DDP gradient communication not hidden behind the backward pass.
+
+    Uses the *least* exposed rank: on the others, NCCL time also contains waiting for a slow rank,
+    which the straggler rule reports. Expected gain = that exposed share of the step (with the
+    all-reduce fully overlapped by backward compute it leaves the critical path).
+    """
+    ranks = [rf for rf in facts.ranks if rf.window is not None and rf.window.nccl_ms]
+    if facts.world_size < 2 or not ranks:
+        return []
+    rf = min(ranks, key=lambda r: r.stats.share(r.exposed_comm_ms))
+    share = rf.stats.share(rf.exposed_comm_ms)
+    if share < th.comm_min_exposed_share:
+        return []
+    ddp = rf.config.ddp if rf.config is not None else None
+    evidence = [
+        f"NCCL {ms(rf.per_step(rf.window.nccl_ms))} per step, "
+        f"{pct(rf.window.nccl_overlap_frac)} overlapped with compute (least exposed: rank {rf.rank})",
+        f"exposed communication {ms(rf.exposed_comm_ms)} of a {ms(rf.stats.step_ms)} step",
+    ]
+    if ddp is not None:
+        evidence.append(f"{ddp.kind}: bucket_cap_mb={ddp.bucket_cap_mb}, "
+                        f"find_unused_parameters={ddp.find_unused_parameters}, "
+                        f"gradient_as_bucket_view={ddp.gradient_as_bucket_view}, "
+                        f"static_graph={ddp.static_graph}")
+    return performance_finding(
+        code=CODE_COMM, gain=share, thresholds=th,
+        title=f"DDP communication not overlapped: {pct(share)} of each step waits for all-reduce",
+        evidence=evidence,
+        fix=(
+            "model = DDP(model, device_ids=[local_rank],\n"
+            "            bucket_cap_mb=50,                 # fewer, larger all-reduces start earlier\n"
+            "            gradient_as_bucket_view=True,     # no gradient copy into buckets\n"
+            "            static_graph=True,                # if the graph is the same every step\n"
+            "            find_unused_parameters=False)     # it forces an extra pass\n"
+            "# with gradient accumulation: `with model.no_sync():` on all but the last micro-step"
+        ),
+    )
+
+
+def check_straggler(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """One rank is slower and the others wait for it at every collective.
+
+    Two signals: ranks that do not wait for each other show it in their mean step time; ranks
+    that do (DDP) all have the same step time, but the fast ones spend the difference inside NCCL
+    (the profiler window's exposed NCCL time per rank). Expected gain = that difference as a
+    share of the step: it is what every other rank waits.
+    """
+    if facts.world_size < 2 or len(facts.ranks) < 2:
+        return []
+    step = median([rf.stats.step_ms for rf in facts.ranks]) or 0.0
+    if step <= 0:
+        return []
+    candidates = []  # (skew share, straggler rank, evidence)
+    # mean, not median: ranks that meet in a collective every step have the same mean step
+    # time, and only ranks that really drift apart differ
+    times = {rf.rank: rf.stats.mean_step_ms for rf in facts.ranks}
+    slow = max(times, key=times.get)
+    candidates.append(((times[slow] - min(times.values())) / step, slow,
+                       "mean step time per rank: " + ", ".join(
+                           f"rank {r}: {ms(t)}" for r, t in times.items())))
+    waits = {rf.rank: rf.exposed_comm_ms for rf in facts.ranks if rf.window is not None}
+    if len(waits) >= 2:
+        slow = min(waits, key=waits.get)
+        others = median([w for r, w in waits.items() if r != slow]) or 0.0
+        candidates.append(((others - waits[slow]) / step, slow,
+                           "exposed NCCL wait per step: " + ", ".join(
+                               f"rank {r}: {ms(w)}" for r, w in waits.items())))
+    skew, slow, evidence = max(candidates, key=lambda c: c[0])
+    if skew < th.straggler_min_skew:
+        return []
+    return performance_finding(
+        code=CODE_STRAGGLER, gain=skew, thresholds=th,
+        title=f"Straggler: rank {slow} is slower; the other ranks wait {pct(skew)} of each step",
+        evidence=[evidence, f"median step {ms(step)} over {len(facts.ranks)} ranks"],
+        fix=(
+            f"# find what rank {slow} does that the others don't, per step:\n"
+            "#  - logging, evaluation or checkpointing on one rank inside the loop\n"
+            "#    (do it every N steps, or asynchronously)\n"
+            "#  - uneven data (drop_last=True; bucket variable-length samples)\n"
+            "#  - a slower or throttled GPU, or a busier host: `gpudoctor monitor`\n"
+            "if step % log_every == 0 and dist.get_rank() == 0:\n"
+            "    log(metrics)"
+        ),
+    )
+
+
+__all__ = ["CODE_COMM", "CODE_SAME_GPU", "CODE_SET_EPOCH", "CODE_STRAGGLER", "check_comm_exposed",
+           "check_same_gpu", "check_set_epoch", "check_straggler"]

@@ -1,0 +1,90 @@
+"""Input pipeline: is the step waiting for the DataLoader?"""
+
+from __future__ import annotations
+
+from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
+from gpudoctor.analysis.prescription import ms, pct, performance_finding
+from gpudoctor.analysis.thresholds import Thresholds
+from gpudoctor.analysis.transfer_rules import per_sample_copies
+from gpudoctor.records.finding import Finding
+from gpudoctor.records.run import LoaderConfig
+
+CODE_DATALOADER = "GD-RUN-DATALOADER"
+
+
+def describe_loader(loader: LoaderConfig) -> str:
+    return (f"DataLoader: num_workers={loader.num_workers}, pin_memory={loader.pin_memory}, "
+            f"persistent_workers={loader.persistent_workers}, "
+            f"prefetch_factor={loader.prefetch_factor}, batch_size={loader.batch_size}")
+
+
+def _loader_fix(loader: LoaderConfig | None, on_gpu: bool) -> str:
+    batch = loader.batch_size if loader and loader.batch_size else "B"
+    workers = loader.num_workers if loader else 0
+    if workers >= 8:
+        # more processes will not help much more: make each sample cheaper instead
+        return (
+            f"# {workers} workers already; make each batch cheaper to produce:\n"
+            "#  - augment on the GPU, per batch, after the copy (not per sample on the CPU)\n"
+            "#  - keep decoded data in memory or in a faster format (no per-sample decode)\n"
+            f"loader = DataLoader(dataset, batch_size={batch}, shuffle=True,\n"
+            f"                    num_workers={min(workers * 2, 32)}, prefetch_factor=4,\n"
+            "                    pin_memory=True, persistent_workers=True)"
+        )
+    lines = [
+        f"loader = DataLoader(dataset, batch_size={batch}, shuffle=True,",
+        f"                    num_workers=8,             # was {workers}: load in parallel processes",
+    ]
+    if on_gpu:
+        lines.append("                    pin_memory=True,           # page-locked: async, faster copies")
+    lines += [
+        "                    persistent_workers=True,   # keep workers alive between epochs",
+        "                    prefetch_factor=4)         # batches each worker prepares ahead",
+    ]
+    if on_gpu:
+        lines.append("x = x.to(device, non_blocking=True)   # overlaps the copy with compute")
+    lines.append("# choose num_workers <= CPU cores per GPU (os.cpu_count() // gpus)")
+    return "\n".join(lines)
+
+
+def _worst_rank(facts: RunFacts) -> RankFacts | None:
+    return max(facts.ranks, key=lambda r: r.stats.data_wait_share, default=None)
+
+
+def check_data_loader(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """Data-loader bound: the step waits for the next batch for a large share of its time.
+
+    Expected gain = the data-wait share: with enough workers prefetching, the next batch is ready
+    when the step ends, so the wait goes to about zero while the rest of the step is unchanged
+    (an upper bound: it holds while the workers together produce batches faster than the GPU
+    consumes them).
+    """
+    rf = _worst_rank(facts)
+    if rf is None:
+        return []
+    share = rf.stats.data_wait_share
+    if share < th.data_wait_min_share:
+        return []
+    if facts.on_gpu and per_sample_copies(rf, th):
+        return []  # .cuda() inside __getitem__: GD-RUN-H2D-PER-SAMPLE owns the fix (workers can't use CUDA)
+    loader = main_loader(rf.config)
+    evidence = [f"waiting for the next batch: median {ms(rf.stats.data_wait_ms)} of a "
+                f"{ms(rf.stats.step_ms)} step ({pct(share)}), rank {rf.rank}"]
+    if loader is not None:
+        evidence.append(describe_loader(loader))
+    busy = rf.busy_frac
+    if facts.on_gpu and busy is not None:
+        evidence.append(f"GPU busy {pct(busy)} of the step")
+    elif not facts.on_gpu:
+        evidence.append("CPU-only run: the loader competes with the model for the same cores")
+    return performance_finding(
+        code=CODE_DATALOADER,
+        gain=share,
+        thresholds=th,
+        title=f"Data-loader bound: {pct(share)} of each step waits for the next batch",
+        evidence=evidence,
+        fix=_loader_fix(loader, facts.on_gpu),
+    )
+
+
+__all__ = ["CODE_DATALOADER", "check_data_loader", "describe_loader", "main_loader"]

@@ -1,0 +1,64 @@
+"""Host-device synchronisation in the hot loop (``.item()``, ``.cpu()``, ``print(tensor)``...)."""
+
+from __future__ import annotations
+
+from gpudoctor.analysis.facts import RankFacts, RunFacts
+from gpudoctor.analysis.prescription import ms, pct, performance_finding
+from gpudoctor.analysis.thresholds import Thresholds
+from gpudoctor.records.finding import Finding
+
+CODE_HOST_SYNC = "GD-RUN-HOST-SYNC"
+
+
+def unexplained_idle(rf: RankFacts) -> float | None:
+    """GPU idle share of the step not explained by waiting for data or copies.
+
+    That is the idle time the host's own work causes: launching, Python, and - after a sync -
+    the gap until the next kernels are queued.
+    """
+    busy = rf.busy_frac
+    if busy is None:
+        return None
+    return max(0.0, (1.0 - busy) - rf.stats.data_wait_share - rf.stats.h2d_share)
+
+
+def check_host_sync(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """The loop synchronises with the GPU every step, so the host cannot queue work ahead.
+
+    Expected gain = the GPU idle share not explained by data or copies: without the sync the host
+    queues step n+1 while the GPU still runs step n, hiding that host time behind GPU work (an
+    upper bound: it is reached when host time per step stays under GPU time per step).
+    """
+    if not facts.on_gpu or not facts.ranks:
+        return []
+    rf = facts.ranks[0]
+    # the probes do not count GradScaler.step()'s own found-inf read: it is required
+    syncs = rf.stats.host_syncs
+    if syncs < th.sync_min_per_step:
+        return []
+    idle = unexplained_idle(rf)
+    if idle is None or idle < th.idle_min_share:
+        return []  # the GPU stays fed despite the syncs: reading a loss per step is then fine
+    evidence = [
+        f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",
+        f"GPU idle {pct(1.0 - (rf.busy_frac or 0.0))} of a {ms(rf.stats.step_ms)} step; "
+        f"{pct(idle)} not explained by data wait or copies",
+    ]
+    if rf.window is not None and rf.window.sync_calls:
+        evidence.append(f"profiler window: {rf.window.sync_calls} synchronising calls, "
+                        f"{rf.window.sync_ms:.1f} ms blocked, over {rf.window_steps} steps")
+    return performance_finding(
+        code=CODE_HOST_SYNC, gain=idle, thresholds=th,
+        title=f"Host-sync bound: {syncs:.0f} sync(s) per step keep the GPU idle {pct(idle)} of it",
+        evidence=evidence,
+        fix=(
+            "# every .item() / .cpu() / .tolist() / print(cuda_tensor) waits for the GPU\n"
+            "running_loss += loss.detach()          # stays on the GPU, no sync\n"
+            "if step % 100 == 0:                    # read it rarely (one sync per 100 steps)\n"
+            "    print(f\"loss {running_loss.item() / 100:.4f}\")\n"
+            "    running_loss.zero_()"
+        ),
+    )
+
+
+__all__ = ["CODE_HOST_SYNC", "check_host_sync", "unexplained_idle"]

@@ -1,0 +1,116 @@
+"""The numbers the run rules decide with, in one frozen dataclass, each default with its reason.
+
+Rules read these instead of hard-coding limits, so a test (or a user with an unusual workload) can
+move one limit without editing a rule. Shares are fractions of the median step time (0.0-1.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """Decision limits of the run analysis.
+
+    Attributes:
+        warmup_steps: steps dropped from the start of every rank before statistics. The first steps
+            pay for cuDNN autotuning, allocator growth, lazy CUDA init and worker start-up; 5 steps
+            cover them on the runs we recorded while keeping most of a 60-step window.
+        warmup_frac: also drop at least this share of the steps (long runs warm up longer).
+        min_steps: fewer post-warm-up steps than this and step statistics are not trusted.
+        warn_gain: a performance finding whose expected gain reaches this share of step time is a
+            WARN. 10% is about the step-to-step noise of a busy shared machine times two: below it a
+            "fix" may not be measurable.
+        info_gain: below this expected gain a performance finding is not reported at all (3%: the
+            run-to-run noise of the same script on one GPU).
+        data_wait_min_share: data-loader bound when waiting for batches takes this share of a step.
+        pageable_min_share: share of host-to-device bytes from unpinned memory that makes the copies
+            "pageable" (most of them).
+        h2d_min_bytes_per_step: copies smaller than this per step are not worth a finding (1 MiB
+            moves in ~50 us even pageable).
+        per_sample_min_copies: this many host-to-device copies per step or more, each small,
+            suggests one copy per sample instead of one per batch.
+        per_sample_max_bytes: the mean bytes per copy under which copies count as "small"
+            (256 KiB: a 3x224x224 fp32 image is 588 KiB, a CIFAR image 12 KiB).
+        sync_min_per_step: counted host syncs per step (median) from which the loop syncs "every
+            step" (one ``.item()`` per step is the common case).
+        idle_min_share: GPU idle share of the step from which launch overhead or syncs matter.
+        tiny_kernel_us: a kernel shorter than this is "tiny" (launch costs ~5-10 us of host time,
+            so a kernel under 20 us cannot hide the next launch).
+        tiny_kernel_min_frac: launch-bound needs at least this share of kernels under 10 us, or a
+            median kernel under ``tiny_kernel_us``.
+        compute_min_busy: GPU busy share from which a run counts as compute-bound.
+        bf16_speedup: expected end-to-end speed-up of the GPU part from fp32 to bf16 autocast.
+            2.0 is conservative: on one H200 matmul goes from 51 (fp32) to 784 TFLOP/s (bf16)
+            (DESIGN.md, measured), but convolutions, norms and element-wise ops gain far less.
+        tf32_speedup: the same for fp32 with TF32 already on (TF32 matmul measured 434 TFLOP/s,
+            so bf16 gains less on top of it).
+        leak_min_bytes_per_step: allocated memory growing faster than this after warm-up is a
+            leak candidate (256 KiB/step: a steady loop allocates the same every step).
+        leak_min_r2: the growth must be this linear (least-squares R^2), not a one-off jump.
+        leak_min_growth_frac: and it must add this share of the first post-warm-up allocation.
+        frag_min_waste_frac: (peak reserved - peak allocated) / peak reserved from which the
+            allocator holds memory no tensor ever used at the peak.
+        frag_min_waste_bytes: and at least this much of it (512 MiB), so small models stay silent.
+        headroom_max_mem_frac: peak reserved under this share of GPU memory leaves room for a batch
+            at least twice as large.
+        headroom_max_busy: "GPU not saturated" below this busy share.
+        scaler_min_scale: a GradScaler scale under this has collapsed (it starts at 65536; 1.0
+            means every gradient still overflows fp16 at scale 1).
+        scaler_max_skip_frac: share of post-warm-up steps the scaler may skip before it is a
+            problem (it skips one step per 2000 by design when growing the scale).
+        comm_min_exposed_share: DDP communication not hidden by compute from this share of a step.
+        straggler_min_skew: a rank is a straggler when it costs the others this share of a step.
+    """
+
+    warmup_steps: int = 5
+    warmup_frac: float = 0.1
+    min_steps: int = 3
+    warn_gain: float = 0.10
+    info_gain: float = 0.03
+    data_wait_min_share: float = 0.10
+    pageable_min_share: float = 0.5
+    h2d_min_bytes_per_step: int = MIB
+    per_sample_min_copies: int = 32
+    per_sample_max_bytes: int = 256 * 1024
+    sync_min_per_step: float = 1.0
+    idle_min_share: float = 0.15
+    tiny_kernel_us: float = 20.0
+    tiny_kernel_min_frac: float = 0.5
+    compute_min_busy: float = 0.6
+    bf16_speedup: float = 2.0
+    tf32_speedup: float = 1.3
+    leak_min_bytes_per_step: float = 256 * 1024
+    leak_min_r2: float = 0.8
+    leak_min_growth_frac: float = 0.05
+    frag_min_waste_frac: float = 0.3
+    frag_min_waste_bytes: int = 512 * MIB
+    headroom_max_mem_frac: float = 0.4
+    headroom_max_busy: float = 0.8
+    scaler_min_scale: float = 1.0
+    scaler_max_skip_frac: float = 0.1
+    comm_min_exposed_share: float = 0.10
+    straggler_min_skew: float = 0.10
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0:
+                raise ValueError(f"Thresholds.{f.name}={value} is negative; use a value >= 0")
+        for name in ("warmup_frac", "warn_gain", "info_gain", "data_wait_min_share",
+                     "pageable_min_share", "idle_min_share", "tiny_kernel_min_frac",
+                     "compute_min_busy", "leak_min_r2", "frag_min_waste_frac",
+                     "headroom_max_mem_frac", "headroom_max_busy", "scaler_max_skip_frac",
+                     "comm_min_exposed_share", "straggler_min_skew"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"Thresholds.{name} is a share; give a value between 0 and 1")
+        if self.info_gain > self.warn_gain:
+            raise ValueError("Thresholds.info_gain must not exceed warn_gain; lower info_gain")
+        if self.bf16_speedup < 1 or self.tf32_speedup < 1:
+            raise ValueError("speed-ups are ratios >= 1; use 1.0 for 'no gain'")
+
+
+__all__ = ["MIB", "Thresholds"]

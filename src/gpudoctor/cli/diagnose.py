@@ -1,0 +1,108 @@
+"""``gpudoctor diagnose RUNDIR``: re-analyse a recorded run (analysis is pure and re-runnable).
+
+Also home of the small composition both ``run`` and ``diagnose`` use: load a run directory,
+diagnose it, write ``findings.json``, render the summary and the findings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpudoctor.errors import GpuDoctorUserError
+
+DIAGNOSE_MODULE = "gpudoctor.analysis.diagnose"
+FINDINGS_VIEW_MODULE = "gpudoctor.report.findings_view"
+
+
+def load(run_dir: Path) -> Any:
+    """Load a run directory or raise :class:`GpuDoctorUserError` (exit 2) saying what is wrong."""
+    from gpudoctor.records.base import SchemaError
+    from gpudoctor.records.rundir import load_run
+
+    if not run_dir.is_dir():
+        raise GpuDoctorUserError(f"{run_dir}: no such directory; pass a run directory made by gpudoctor run")
+    try:
+        return load_run(run_dir)
+    except FileNotFoundError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
+    except SchemaError as exc:
+        raise GpuDoctorUserError(f"{exc}; the run directory is damaged — record it again with gpudoctor run") from None
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def analyse(run: Any) -> list | None:
+    """Diagnose ``run`` and write ``findings.json``; ``None`` when this build has no analysis."""
+    if not _available(DIAGNOSE_MODULE):
+        return None
+    from gpudoctor.analysis.diagnose import diagnose
+    from gpudoctor.records.base import write_json
+    from gpudoctor.records.rundir import FINDINGS, KIND_FINDINGS, FindingList
+
+    findings = list(diagnose(run))
+    try:
+        write_json(run.path / FINDINGS, FindingList(findings=tuple(findings)), kind=KIND_FINDINGS)
+    except OSError as exc:  # a read-only copy of a run: the diagnosis is still printed
+        from gpudoctor.cli.output import stderr_console
+
+        stderr_console().print(f"note: findings.json not written ({exc})", highlight=False, markup=False)
+    run.findings = tuple(findings)
+    return findings
+
+
+def render(run: Any, findings: list | None, console: Any) -> None:
+    """Print the run summary, then the findings (or why there are none)."""
+    from gpudoctor.report.run_summary import render_summary
+
+    view = findings is not None and run.steps and _available(FINDINGS_VIEW_MODULE)
+    summary = render_summary(run, full=not view)
+    if summary.renderables:
+        console.print(summary)
+    if findings is None:
+        if run.steps:
+            console.print("diagnosis: not available in this build of gpudoctor (the records are kept)")
+    elif view:
+        from gpudoctor.report.findings_view import render_findings
+
+        console.print(render_findings(run, findings))
+    else:
+        for f in findings:
+            console.print(f"[{f.severity.value}] {f.code}: {f.title}", highlight=False, markup=False)
+
+
+def payload(run: Any, findings: list | None) -> dict:
+    """The ``--json`` form of a diagnosed run."""
+    from gpudoctor.report.run_summary import run_stats
+
+    return {
+        "run_dir": str(run.path),
+        "manifest": run.manifest,
+        "stats": run_stats(run),
+        "findings": findings,
+    }
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def diagnose(
+        run_dir: Path = typer.Argument(..., help="A run directory made by `gpudoctor run`."),
+        json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Re-analyse a recorded run directory and print its findings."""
+        from gpudoctor.cli.output import emit_json, stdout_console
+
+        run = load(run_dir)
+        findings = analyse(run)
+        if json_output:
+            emit_json(payload(run, findings))
+        else:
+            render(run, findings, stdout_console())

@@ -1,0 +1,87 @@
+"""``gpudoctor explain TEXT|FILE|-``: from an error message or a whole log to cause, how to verify
+and fix. Parses input, calls :func:`gpudoctor.explain.explain_text`, renders."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from gpudoctor.errors import GpuDoctorUserError
+
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stderr", ".stdout")
+
+
+def _looks_like_path(arg: str) -> bool:
+    return not any(c.isspace() for c in arg) and (
+        os.sep in arg or "/" in arg or arg.lower().endswith(_LOG_SUFFIXES)
+    )
+
+
+def read_input(arg: str | None) -> str:
+    """The text to explain: stdin for ``-`` (or no argument with piped input), a file's content,
+    or the argument itself."""
+    if arg is None or arg == "-":
+        if arg is None and sys.stdin.isatty():
+            raise GpuDoctorUserError(
+                "give an error message, a log file, or '-' to read the log from stdin, e.g. "
+                "gpudoctor explain train.log  or  python train.py 2>&1 | gpudoctor explain -"
+            )
+        return sys.stdin.read()
+    if "\n" not in arg and len(arg) < 4096:
+        path = Path(arg)
+        try:
+            is_dir, is_file = path.is_dir(), path.is_file()
+        except OSError:  # e.g. a long error message is not a valid file name: it is the text
+            return arg
+        if is_dir:
+            raise GpuDoctorUserError(f"{arg} is a directory; pass the log file inside it")
+        if is_file:
+            try:
+                return path.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise GpuDoctorUserError(f"cannot read {arg}: {exc.strerror}") from None
+        if _looks_like_path(arg):
+            raise GpuDoctorUserError(
+                f"no such file: {arg}. Pass an existing log file, '-' for stdin, or quote the "
+                "error message itself"
+            )
+    return arg
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def explain(
+        source: str = typer.Argument(
+            None,
+            help="An error message, a log file, or '-' to read stdin.",
+            show_default=False,
+        ),
+        json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    ) -> None:
+        """Explain a GPU-training error or log: root cause, how to verify it, and the fix.
+
+        Exit code 0 when a known failure matched, 1 when none did, 2 for bad input.
+        """
+        from gpudoctor.cli.output import EXIT_FINDINGS, emit_json, fail, stdout_console
+        from gpudoctor.explain import explain_text
+
+        try:
+            text = read_input(source)
+        except GpuDoctorUserError as exc:
+            fail(str(exc))
+        if not text.strip():
+            fail("the input is empty: pass an error message, a log file, or pipe a log into '-'")
+        report = explain_text(text)
+        if json_output:
+            from gpudoctor.records.base import SCHEMA_VERSION
+
+            emit_json({"schema_version": SCHEMA_VERSION, "kind": "explain", "report": report})
+        else:
+            from gpudoctor.report.explain_view import render_explain
+
+            render_explain(report, stdout_console())
+        if not report.matches:
+            raise typer.Exit(EXIT_FINDINGS)

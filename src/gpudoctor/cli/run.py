@@ -1,0 +1,125 @@
+"""``gpudoctor run [OPTIONS] -- CMD...``: run an unmodified training script under the probes.
+
+Parses, calls :func:`gpudoctor.collectors.launch.run_instrumented`, diagnoses the run directory
+and renders. Exit code: the script's own when it failed (128+N when killed by signal N), 130
+when interrupted, 1 when it made no optimizer step (or not before the first-step timeout), else 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpudoctor.errors import GpuDoctorUserError
+
+_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _spec(command: tuple[str, ...], run_dir: Path, **kwargs: Any):
+    from gpudoctor.collectors.launch import RunSpec
+
+    try:
+        return RunSpec(command=command, run_dir=run_dir, **kwargs)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
+
+
+def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
+    from gpudoctor.cli import diagnose as diag
+    from gpudoctor.cli.output import stderr_console
+    from gpudoctor.collectors.launch import run_instrumented
+
+    outcome = run_instrumented(spec)
+    if outcome.message:
+        stderr_console().print(f"gpudoctor: {outcome.message}", highlight=False, markup=False)
+    run = diag.load(outcome.run_dir)
+    findings = diag.analyse(run) if run.steps else None
+    return outcome, run, findings
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(context_settings=_CONTEXT)
+    def run(
+        ctx: typer.Context,
+        steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (default 60)."),
+        full: bool = typer.Option(False, "--full", help="Let the script run to its end."),
+        out: Path = typer.Option(None, "--out", help="Run directory (default gpudoctor-runs/<time>-<name>)."),
+        try_knobs: str = typer.Option(
+            None, "--try", help="Re-run with knobs, e.g. num_workers=8,pin_memory; prints before/after."
+        ),
+        json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+        no_profile: bool = typer.Option(False, "--no-profile", help="Skip the short profiler window."),
+        keep_trace: bool = typer.Option(False, "--keep-trace", help="Also keep the window's Chrome trace."),
+        first_step_timeout: float = typer.Option(
+            120.0, "--first-step-timeout", help="Stop the script if no optimizer step happens by then (s)."
+        ),
+    ) -> None:
+        """Run a training command under instrumentation and diagnose it.
+
+        Put the command after --, e.g. gpudoctor run --steps 60 -- python train.py --lr 0.1
+        (also python -m pkg.train, or torchrun --standalone --nproc_per_node 2 train.py).
+        """
+        from gpudoctor.cli import diagnose as diag
+        from gpudoctor.cli.output import emit_json, stdout_console
+        from gpudoctor.collectors.launch import DEFAULT_STEPS, default_run_dir, resolve_command
+        from gpudoctor.collectors.knobs import parse_knobs
+
+        command = tuple(ctx.args)
+        if not command:
+            raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
+        if full and steps is not None:
+            raise GpuDoctorUserError("--steps and --full contradict each other; give one of them")
+        resolve_command(command)
+        knobs = parse_knobs(try_knobs) if try_knobs is not None else ()
+        base = out if out is not None else default_run_dir(command)
+        options = {
+            "steps": None if full else (steps if steps is not None else DEFAULT_STEPS),
+            "profile": not no_profile,
+            "first_step_timeout_s": first_step_timeout,
+            "keep_trace": keep_trace,
+            "child_stdout_to_stderr": json_output,
+        }
+        console = stdout_console()
+        if not knobs:
+            outcome, rundata, findings = _one(_spec(command, base, **options), json_output)
+            if json_output:
+                emit_json({**diag.payload(rundata, findings), "exit_code": outcome.exit_code})
+            else:
+                diag.render(rundata, findings, console)
+                console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
+            raise typer.Exit(outcome.exit_code)
+
+        from gpudoctor.report.try_view import compare, render_try
+
+        before = _one(_spec(command, base / "baseline", **options), json_output)
+        if before[0].exit_code != 0 or not before[1].steps:
+            if json_output:
+                emit_json({"baseline": diag.payload(before[1], before[2]), "try": None,
+                           "comparison": None, "exit_code": before[0].exit_code or 1})
+            else:
+                diag.render(before[1], before[2], console)
+            from gpudoctor.cli.output import stderr_console
+
+            stderr_console().print(
+                f"gpudoctor: the baseline run did not train ({before[0].manifest.status}); "
+                "fix that before --try", highlight=False, markup=False)
+            raise typer.Exit(before[0].exit_code or 1)
+        after = _one(_spec(command, base / "try", knobs=knobs, **options), json_output)
+        comparison = compare(before[1], after[1])
+        if json_output:
+            emit_json(
+                {
+                    "baseline": diag.payload(before[1], before[2]),
+                    "try": diag.payload(after[1], after[2]),
+                    "comparison": comparison,
+                    "exit_code": after[0].exit_code,
+                }
+            )
+        else:
+            diag.render(before[1], before[2], console)
+            console.print(render_try(comparison))
+            console.print(f"run directories: {before[0].run_dir} (baseline), {after[0].run_dir} (--try)",
+                          highlight=False, markup=False)
+        raise typer.Exit(after[0].exit_code)

@@ -1,0 +1,97 @@
+"""``gpudoctor tune [batch|loader|precision|scaler|ddp|all]``: measured auto-tuning.
+
+Parses, calls :func:`gpudoctor.tune.session.tune` (an engine target) or
+:func:`gpudoctor.tune.script.tune_script` (a plain script), renders. Progress goes to stderr, one
+line per finished trial; Ctrl-C stops the trials, and what finished is still printed and written
+(exit 130).
+"""
+
+from __future__ import annotations
+
+import typer
+
+KNOB_CHOICES = ("batch", "loader", "precision", "scaler", "ddp", "all")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def tune(
+        knob: str = typer.Argument("all", help="batch, loader, precision, scaler, ddp or all."),
+        target: str = typer.Option(
+            None, "--target", help="The engine job to tune: module:function or file.py:function returning a TuneTarget."
+        ),
+        script: str = typer.Option(
+            None, "--script", help="Or a plain script command (quoted), tuned through `run --try` knobs."
+        ),
+        out: str = typer.Option(
+            "gpudoctor-tuned.toml", "--out", help="Engine config to write (TrainConfig.from_file); loader settings go "
+            "next to it as NAME.loader.toml."
+        ),
+        json_output: bool = typer.Option(False, "--json", help="Print every trial and the result as JSON."),
+        max_batch: int = typer.Option(None, "--max-batch", help="Never try a per-device batch above this."),
+        margin: float = typer.Option(0.05, "--margin", help="Safety margin below the largest batch that fit."),
+        budget_s: float = typer.Option(None, "--budget-s", help="Start no new trial after this many seconds."),
+        steps: int = typer.Option(8, "--steps", help="Measured steps per trial (after the warm-up)."),
+        isolation: str = typer.Option(
+            "auto", "--isolation", help="auto, inline or process (every trial in a fresh process)."
+        ),
+        no_compile: bool = typer.Option(False, "--no-compile", help="Leave out the torch.compile trial."),
+    ) -> None:
+        """Tune batch size, DataLoader, precision, GradScaler and DDP by measuring real steps."""
+        import shlex
+        import sys
+
+        from gpudoctor.cli.output import EXIT_INTERRUPTED, emit_json, stderr_console, stdout_console
+        from gpudoctor.errors import GpuDoctorUserError
+
+        if knob not in KNOB_CHOICES:
+            raise GpuDoctorUserError(f"unknown knob {knob!r}; choose one of {', '.join(KNOB_CHOICES)}")
+        if (target is None) == (script is None):
+            raise GpuDoctorUserError("give exactly one of --target module:function or --script 'python train.py'")
+        if isolation not in ("auto", "inline", "process"):
+            raise GpuDoctorUserError(f"--isolation {isolation!r}: use auto, inline or process")
+        from gpudoctor.core.dist import dist_env
+
+        main_rank = dist_env().rank == 0
+        err = stderr_console()
+        from gpudoctor.report.tune_view import render_tune, trial_line
+
+        def on_trial(trial) -> None:
+            if main_rank:
+                err.print(trial_line(trial), highlight=False, markup=False, style="dim")
+
+        def on_knob(name: str) -> None:
+            if main_rank:
+                err.print(f"tuning {name} ...", style="bold", highlight=False)
+
+        try:
+            if script is not None:
+                from gpudoctor.tune.script import tune_script
+
+                command = tuple(shlex.split(script))
+                if not command:
+                    raise GpuDoctorUserError("--script is empty; e.g. --script 'python train.py'")
+                result = tune_script([knob], command, steps=steps, on_trial=on_trial)
+            else:
+                from gpudoctor.tune.session import TuneOptions
+                from gpudoctor.tune.session import tune as run_tune
+
+                try:
+                    options = TuneOptions(max_batch=max_batch, margin=margin, budget_s=budget_s, steps=steps,
+                                          isolation=isolation, compile=not no_compile)
+                except ValueError as exc:
+                    raise GpuDoctorUserError(str(exc)) from None
+                result = run_tune([knob], target_ref=target, options=options, out=out, on_trial=on_trial,
+                                  on_knob=on_knob)
+        except KeyboardInterrupt:
+            err.print("interrupted before any trial finished", style="yellow")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if main_rank:
+            if json_output:
+                emit_json(result)
+            else:
+                # a pipe gets 120 columns: the verdict column holds the reasons
+                stdout_console(None if sys.stdout.isatty() else 120).print(render_tune(result))
+            sys.stdout.flush()
+        if result.interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED)

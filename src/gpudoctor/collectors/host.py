@@ -1,0 +1,201 @@
+"""Host sampler (psutil): CPU, the busiest core, RAM, and the process tree under a root pid.
+
+Command-line equivalent: ``top``/``htop`` for CPU and RAM, ``ps --ppid ROOT`` (recursively) for
+the job's tree. The tree lets ``gpudoctor monitor --pid ROOT`` attribute GPU processes to a job:
+a DataLoader worker or a torchrun child holding GPU memory shows up as part of it.
+
+Seed 000 Q4 ("GPU-Util < 50 %, CPU at 100 %"): compare GPU utilization with the busiest core;
+a Python process pinning one core while the GPU idles is the data-loader signature.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from gpudoctor.records.gpu import HostSample
+
+_COMMANDS: dict[int, str] = {}
+_COMMANDS_MAX = 4096
+
+
+def command_for_pid(pid: int) -> str:
+    """The command line of ``pid`` (space-joined), or "" when it cannot be read.
+
+    NVML reports host pids; inside a container (another pid namespace) they name no process or
+    a different one (nvitop #75), so a failed lookup gives "" rather than an error. Cached per
+    pid: a GPU process is looked up once, not 10 times a second.
+    """
+    cached = _COMMANDS.get(pid)
+    if cached is not None:
+        return cached
+    try:
+        import psutil
+
+        command = " ".join(psutil.Process(pid).cmdline())
+    except Exception:  # NoSuchProcess, AccessDenied, ZombieProcess, psutil missing
+        return ""
+    if len(_COMMANDS) >= _COMMANDS_MAX:
+        _COMMANDS.clear()
+    _COMMANDS[pid] = command
+    return command
+
+
+class HostSampler:
+    """Sample host CPU/RAM (and a process tree) every ``interval`` seconds on a daemon thread.
+
+    Args:
+        interval: seconds between samples (> 0).
+        root_pid: a job's root process; its descendants are summed into ``tree_*`` fields.
+        on_sample: called on the sampler thread with each sample; errors go to ``last_error``.
+        maxlen: samples kept (7200 = one hour at 2 Hz).
+        psutil_module: a psutil-like module (test seam); ``None`` imports psutil.
+        clock: the wall clock for ``timestamp_s``.
+
+    The first CPU reading after start is relative to the moment the sampler was created
+    (psutil measures CPU use between two calls).
+    """
+
+    def __init__(
+        self,
+        interval: float = 0.5,
+        root_pid: int | None = None,
+        on_sample: Callable[[HostSample], None] | None = None,
+        maxlen: int = 7200,
+        *,
+        psutil_module: Any = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}; try 0.5")
+        if maxlen < 1:
+            raise ValueError(f"maxlen must be at least 1, got {maxlen!r}")
+        self.interval = float(interval)
+        self.root_pid = root_pid
+        self.on_sample = on_sample
+        self.maxlen = maxlen
+        self.last_error: BaseException | None = None
+        self.available = True
+        self.unavailable_reason = ""
+        self._clock = clock
+        self._buffer: deque[HostSample] = deque(maxlen=maxlen)
+        self._procs: dict[int, Any] = {}  # pid -> psutil.Process, kept for cpu_percent deltas
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ps = psutil_module
+        if self._ps is None:
+            try:
+                import psutil
+
+                self._ps = psutil
+            except ImportError:
+                self.available = False
+                self.unavailable_reason = "psutil is not installed (pip install psutil)"
+                return
+        self._prime()
+
+    def _prime(self) -> None:
+        """Start psutil's CPU counters so the next reading covers a real interval.
+
+        Recent psutil keeps this state per thread, so the sampler thread primes its own.
+        """
+        self._ps.cpu_percent(interval=None)
+        self._ps.cpu_percent(interval=None, percpu=True)
+
+    def _tree(self) -> tuple[tuple[int, ...], float | None, int | None]:
+        ps = self._ps
+        try:
+            root = self._procs.get(self.root_pid) or ps.Process(self.root_pid)
+            members = [root, *root.children(recursive=True)]
+        except Exception:  # the job ended or is not ours to see
+            self._procs.clear()
+            return (), None, None
+        cpu, rss, pids, fresh = 0.0, 0, [], {}
+        for proc in members:
+            proc = self._procs.get(proc.pid, proc)
+            try:
+                with proc.oneshot():
+                    cpu += proc.cpu_percent(interval=None)
+                    rss += proc.memory_info().rss
+            except Exception:  # exited between listing and reading
+                continue
+            fresh[proc.pid] = proc
+            pids.append(proc.pid)
+        self._procs = fresh
+        return tuple(sorted(pids)), cpu, rss
+
+    def sample_once(self) -> HostSample | None:
+        """Read the host now, store the sample, call ``on_sample``, return it."""
+        if not self.available:
+            return None
+        ps = self._ps
+        now = self._clock()
+        per_core = ps.cpu_percent(interval=None, percpu=True)
+        mem = ps.virtual_memory()
+        pids: tuple[int, ...] = ()
+        tree_cpu = tree_rss = None
+        if self.root_pid is not None:
+            pids, tree_cpu, tree_rss = self._tree()
+        sample = HostSample(
+            timestamp_s=now,
+            cpu_pct=float(ps.cpu_percent(interval=None)),
+            busiest_core_pct=float(max(per_core)) if per_core else None,
+            ram_used_bytes=int(mem.total - mem.available),
+            ram_total_bytes=int(mem.total),
+            tree_cpu_pct=tree_cpu,
+            tree_rss_bytes=tree_rss,
+            tree_pids=pids,
+        )
+        with self._lock:
+            self._buffer.append(sample)
+        if self.on_sample is not None:
+            try:
+                self.on_sample(sample)
+            except Exception as exc:
+                self.last_error = exc
+        return sample
+
+    def samples(self) -> list[HostSample]:
+        """Samples in the ring buffer, oldest first."""
+        with self._lock:
+            return list(self._buffer)
+
+    def latest(self) -> HostSample | None:
+        with self._lock:
+            return self._buffer[-1] if self._buffer else None
+
+    def _run(self) -> None:
+        self._prime()
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += self.interval
+            now = time.monotonic()
+            if next_t < now:
+                next_t = now
+            if self._stop.wait(next_t - now):
+                break
+            self.sample_once()
+
+    def start(self) -> HostSampler:
+        """Start the daemon thread; the first sample comes one interval later."""
+        if self._thread is None and self.available:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="gpudoctor-host", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> HostSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

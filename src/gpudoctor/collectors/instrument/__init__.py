@@ -1,0 +1,30 @@
+"""In-process probes that ``gpudoctor run`` injects into an unmodified training script.
+
+How they get in: :mod:`gpudoctor.collectors.launch` prepends :data:`SITE_DIR` (a directory that
+holds only ``sitecustomize.py``) to the child's ``PYTHONPATH``. Python imports ``sitecustomize``
+at start-up in every interpreter the child starts — so every rank torchrun launches gets the
+probes too. The sitecustomize does nothing unless :data:`ENV_RUN_DIR` is set, chains to any
+``sitecustomize`` that was already on the path, and installs the probes only when the script
+imports ``torch`` (a script that never imports torch pays nothing).
+
+Environment contract (set by the launcher, read by the probes):
+
+* ``GPUDOCTOR_RUN_DIR`` — the run directory; unset means "inert".
+* ``GPUDOCTOR_STEPS`` — stop after this many optimizer steps (empty: run to the end).
+* ``GPUDOCTOR_PROFILE`` — ``"first:last"`` optimizer steps of the profiler window, or empty.
+* ``GPUDOCTOR_KEEP_TRACE`` — ``"1"`` writes the window's Chrome trace into the run directory.
+* ``GPUDOCTOR_KNOBS`` — the ``--try`` knobs, see :mod:`gpudoctor.collectors.knobs`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SITE_DIR = Path(__file__).resolve().parent / "site"
+
+ENV_RUN_DIR = "GPUDOCTOR_RUN_DIR"
+ENV_STEPS = "GPUDOCTOR_STEPS"
+ENV_PROFILE = "GPUDOCTOR_PROFILE"
+ENV_KEEP_TRACE = "GPUDOCTOR_KEEP_TRACE"
+ENV_KNOBS = "GPUDOCTOR_KNOBS"
+ENV_PKG_ROOT = "GPUDOCTOR_PKG_ROOT"

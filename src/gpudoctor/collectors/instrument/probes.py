@@ -1,0 +1,310 @@
+"""Per-rank probes: install, step boundaries, per-step records, lazy reads, buffered writing.
+
+Everything on the hot path is host-side bookkeeping: counters, ``time.perf_counter``, a CUDA
+event record, the allocator's host counters. Device values (GPU time, loss, scale) are read
+lazily a step or more later (:class:`~gpudoctor.collectors.instrument.lazy.LazyValues`,
+:class:`~gpudoctor.core.timing.CudaEventTimer`). The only waits happen when the run ends.
+
+Step boundaries come from ``torch.optim.optimizer.register_optimizer_step_post_hook`` (every
+optimizer, no change to the script). With several optimizers (a GAN) the first one that steps
+defines the step. A step the GradScaler skips (inf/NaN gradients) never calls
+``optimizer.step``; the GradScaler probe reports it as a skipped step instead.
+
+``--steps N``: after the N-th optimizer step every rank flushes its records and leaves with
+``os._exit(0)`` from inside the hook. ``os._exit`` because user code may catch ``SystemExit``
+(``except BaseException``) or hang in ``finally`` blocks and ``atexit`` handlers of libraries;
+every rank counts the same optimizer steps, so all ranks stop after the same step, once the
+collectives of that step are complete.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.collectors.instrument import ENV_KEEP_TRACE, ENV_PROFILE, ENV_RUN_DIR, ENV_STEPS
+from gpudoctor.collectors.instrument.state import FLUSH_EVERY_S, FLUSH_EVERY_STEPS, MAX_LAG_STEPS, S, is_owner
+from gpudoctor.records.base import JsonlWriter
+from gpudoctor.records.rundir import KIND_STEPS, steps_file
+from gpudoctor.records.step import StepRecord
+
+def install() -> None:
+    """Read the environment and install every probe. Called once, right after ``import torch``."""
+    if S.installed:
+        return
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return  # a spawned DataLoader worker or helper: nothing to measure here
+    S.installed = True
+    S.owner_pid = os.getpid()
+    S.run_dir = Path(run_dir)
+    S.rank = _env_int("RANK", 0)
+    steps = os.environ.get(ENV_STEPS, "")
+    S.steps_limit = int(steps) if steps else None
+    window = os.environ.get(ENV_PROFILE, "")
+    if window:
+        first, last = (int(x) for x in window.split(":"))
+        S.window = (first, last)
+    S.keep_trace = os.environ.get(ENV_KEEP_TRACE) == "1"
+    S.t_origin = S.t_last = time.perf_counter()
+
+    from gpudoctor.collectors import knobs
+    from gpudoctor.collectors.instrument import patches
+
+    patches.install_all()
+    knobs.apply_from_env()
+
+    import torch.optim.optimizer as optim_mod
+
+    optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook)
+    if S.window is not None:
+        S.info["prewarm_handle"] = optim_mod.register_optimizer_step_pre_hook(_prewarm_pre_hook)
+    from gpudoctor.collectors.instrument import ending
+
+    atexit.register(ending.finish, "exit")
+    ending.install_sigterm()
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# ---- step boundaries -------------------------------------------------------------------------
+
+
+def _prewarm_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """Once, inside the first optimizer step: initialise the profiler (start-up cost).
+
+    The hook is removed at the step boundary, not here: torch is iterating the hook dict now.
+    """
+    if S.info.get("prewarmed") or not is_owner() or S.step > 0:
+        return
+    S.info["prewarmed"] = True
+    from gpudoctor.collectors import profiler_window
+
+    S.quiet = True
+    try:
+        note = profiler_window.prewarm()
+    finally:
+        S.quiet = False
+    if note:
+        S.info["window_note"] = note
+
+
+def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if not is_owner() or S.finished:
+        return
+    if S.primary is None:
+        S.primary = weakref.ref(optimizer)
+        S.info["optimizer"] = optimizer
+    elif S.primary() is not optimizer:
+        return
+    S.hook_fired = True
+    boundary(skipped=None if S.scaler_fused or not S.scaler_seen else False)
+
+
+def scaler_skipped_step(optimizer: Any) -> None:
+    """Called by the GradScaler probe when ``scaler.step`` did not call ``optimizer.step``."""
+    if not is_owner() or S.finished:
+        return
+    if S.primary is None:
+        S.primary = weakref.ref(optimizer)
+        S.info["optimizer"] = optimizer
+    elif S.primary() is not optimizer:
+        return
+    boundary(skipped=True)
+
+
+def boundary(*, skipped: bool | None) -> None:
+    """End the current step: close its record, read what is ready, maybe flush or stop."""
+    now = time.perf_counter()
+    step = S.step
+    S.quiet = True
+    try:
+        fields: dict[str, Any] = {
+            "rank": S.rank,
+            "step": step,
+            "t_end_s": time.time(),
+            "step_ms": (now - S.t_last) * 1000.0,
+            "data_wait_ms": S.data_wait_s * 1000.0,
+            "h2d_ms": S.h2d_s * 1000.0,
+            "h2d_bytes": S.h2d_bytes,
+            "h2d_pageable_bytes": S.h2d_pageable,
+            "h2d_copies": S.h2d_copies,
+            "h2d_blocking_copies": S.h2d_blocking,
+            "host_syncs": S.syncs,
+            "samples": S.samples,
+            "tokens": S.tokens,
+            "micro_steps": max(S.backwards, 1),
+            "empty_cache_calls": S.empty_cache,
+            "scaler_skipped": skipped,
+        }
+        waiting: set[str] = set()
+        S.pending[step] = fields
+        S.waiting[step] = waiting
+        _gpu_boundary(step, fields, waiting)
+        loss = S.last_loss
+        S.last_loss = None
+        if loss is not None:
+            waiting.update(("loss", "loss_finite"))
+            _apply(S.lazy.push(step, "loss", loss, finite_field="loss_finite"))
+        _apply(S.lazy.poll())
+        S.step = step + 1
+        S.reset_step()
+        _window_boundary(step)
+        handle = S.info.pop("prewarm_handle", None) if S.info.get("prewarmed") else None
+        if handle is not None:
+            handle.remove()  # safe here: the post hooks are being iterated, not the pre hooks
+        if step == 0:
+            S.info["first_step_done"] = True
+            from gpudoctor.collectors.instrument.ending import write_config
+
+            write_config()
+        _flush_ready(force=step == 0)
+    finally:
+        S.quiet = False
+    if S.steps_limit is not None and S.step >= S.steps_limit:
+        from gpudoctor.collectors.instrument.ending import stop
+
+        stop()
+    S.t_last = time.perf_counter()
+
+
+def _gpu_boundary(step: int, fields: dict[str, Any], waiting: set[str]) -> None:
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return
+    from gpudoctor.core.timing import CudaEventTimer
+
+    if S.timer is None:
+        S.timer = CudaEventTimer()
+    if S.span_start is not None:  # the first step has no start event: its gpu_ms stays None
+        S.timer.stop(S.span_start, tag=step)
+        waiting.add("gpu_ms")
+    S.span_start = S.timer.start()
+    for tag, ms in S.timer.poll():  # never blocks
+        _set(tag, "gpu_ms", ms)
+    fields["mem"] = _allocator_stats()
+
+
+def _allocator_stats() -> Any:
+    """Allocator counters for the current device: host-side reads, no device sync."""
+    import torch
+
+    from gpudoctor.core.memory import stats_from_mapping
+
+    try:
+        nested = torch.cuda.memory_stats_as_nested_dict()
+    except Exception:  # noqa: BLE001 - a metric we cannot read is left out
+        return None
+
+    def cur(key: str, kind: str = "current") -> int:
+        return int(nested.get(key, {}).get("all", {}).get(kind, 0))
+
+    return stats_from_mapping(
+        {
+            "allocated_bytes.all.current": cur("allocated_bytes"),
+            "reserved_bytes.all.current": cur("reserved_bytes"),
+            "allocated_bytes.all.peak": cur("allocated_bytes", "peak"),
+            "reserved_bytes.all.peak": cur("reserved_bytes", "peak"),
+            "inactive_split_bytes.all.current": cur("inactive_split_bytes"),
+            "active_bytes.all.current": cur("active_bytes"),
+            "num_alloc_retries": nested.get("num_alloc_retries", 0),
+            "num_ooms": nested.get("num_ooms", 0),
+        }
+    )
+
+
+def record_scale(scale: Any) -> None:
+    """Queue the GradScaler scale after ``update()`` for the step that just ended."""
+    if not is_owner() or S.finished or S.step == 0:
+        return
+    step = S.step - 1
+    if step in S.waiting:
+        S.waiting[step].add("scaler_scale")
+    S.quiet = True
+    try:
+        _apply(S.lazy.push(step, "scaler_scale", scale))
+    finally:
+        S.quiet = False
+
+
+def record_found_inf(found: list) -> None:
+    """Queue GradScaler's found-inf flags (device tensors) as ``scaler_skipped`` of the last step."""
+    if not is_owner() or S.finished or S.step == 0:
+        return
+    step = S.step - 1
+    if step in S.waiting:
+        S.waiting[step].add("scaler_skipped")
+    S.quiet = True
+    try:
+        total = sum(t.float() for t in found)  # a device op: no sync
+        _apply(S.lazy.push(step, "scaler_skipped", total))
+    finally:
+        S.quiet = False
+
+
+def _apply(results: list) -> None:
+    for step, field, value in results:
+        if field == "scaler_skipped":
+            value = bool(value > 0)
+        _set(step, field, value)
+
+
+def _set(step: Any, field: str, value: Any) -> None:
+    fields = S.pending.get(step)
+    if fields is None:
+        return
+    fields[field] = value
+    S.waiting.get(step, set()).discard(field)
+
+
+def _flush_ready(*, force: bool = False, final: bool = False) -> None:
+    ready = []
+    for step in sorted(S.pending):
+        if not final and step >= S.step - 1:
+            break  # the step that just ended may still get its GradScaler scale (update() follows)
+        if S.waiting.get(step) and not final and S.step - step <= MAX_LAG_STEPS:
+            break  # keep the file in step order: wait for the oldest
+        ready.append(step)
+    now = time.perf_counter()
+    if not ready or not (force or final or now - S.last_flush >= FLUSH_EVERY_S or len(ready) >= FLUSH_EVERY_STEPS):
+        return
+    if S.writer is None:
+        assert S.run_dir is not None
+        S.writer = JsonlWriter(S.run_dir / steps_file(S.rank), kind=KIND_STEPS)
+    for step in ready:
+        fields = S.pending.pop(step)
+        S.waiting.pop(step, None)
+        S.writer.write(StepRecord(**fields))
+    S.last_flush = now
+
+
+# ---- the profiler window ---------------------------------------------------------------------
+
+
+def _window_boundary(step: int) -> None:
+    """Start the window before step ``first``; stop it after step ``last`` (indices from 0)."""
+    if S.window is None:
+        return
+    first, last = S.window
+    from gpudoctor.collectors import profiler_window
+
+    if step + 1 == first and S.profiler is None:
+        S.profiler = profiler_window.Window.start(rank=S.rank, first_step=first)
+    elif step == last and S.profiler is not None:
+        S.profiler.stop(last_step=step)
+
+

@@ -1,0 +1,1 @@
+"""Holds only ``sitecustomize.py``; this directory (not the package) goes on ``PYTHONPATH``."""

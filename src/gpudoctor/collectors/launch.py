@@ -1,0 +1,371 @@
+"""Start a training command as a child process with the probes injected, and watch it.
+
+``python x.py ...``, ``python -m pkg.mod ...`` and ``torchrun ... x.py`` all work unchanged: the
+probes ride in on ``PYTHONPATH`` (see :mod:`gpudoctor.collectors.instrument`), so they reach
+every rank torchrun starts. The child's stdout and stderr stream live to ours (stdout to stderr
+under ``--json``, so JSON stays clean) and are teed to ``stdout.log``. The parent samples the
+GPUs (NVML) and the host while the child runs.
+
+Ending: the child's exit code passes through; a child killed by signal N gives 128+N. Ctrl-C
+(SIGINT to gpudoctor) sends SIGINT to the child's process group (a SIGTERM to gpudoctor is passed
+on as SIGTERM), then SIGTERM and SIGKILL after a grace period (a second Ctrl-C skips the wait). Whatever ended the run, the
+manifest and the records gathered so far are written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gpudoctor
+from gpudoctor.collectors import instrument
+from gpudoctor.collectors.knobs import Knob, child_env
+from gpudoctor.collectors.watch import Tee, start_samplers, stop_samplers
+from gpudoctor.errors import GpuDoctorUserError
+from gpudoctor.records.base import SchemaError, read_jsonl, write_json
+from gpudoctor.records.rundir import KIND_MANIFEST, KIND_STEPS, MANIFEST, STDOUT
+from gpudoctor.records.run import RunManifest
+from gpudoctor.records.step import StepRecord
+
+DEFAULT_STEPS = 60
+DEFAULT_WINDOW = (10, 14)
+EXIT_INTERRUPTED = 130
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What to run and how to measure it.
+
+    Attributes:
+        command: the training command, as a list of arguments (never a shell string).
+        run_dir: where the records go (created; must not hold another run).
+        steps: stop after this many optimizer steps; ``None`` runs the script to its end.
+        profile: take the short profiler window.
+        knobs: ``--try`` knobs to inject.
+        first_step_timeout_s: stop the child when no optimizer step happened by then.
+        keep_trace: also write the window's Chrome trace (``trace-rank{N}.json``).
+        child_stdout_to_stderr: send the child's stdout to our stderr (for ``--json``).
+        grace_s: how long the child gets to exit after SIGINT before SIGTERM (then SIGKILL).
+        sample_gpu: run the NVML and host samplers.
+    """
+
+    command: tuple[str, ...]
+    run_dir: Path
+    steps: int | None = DEFAULT_STEPS
+    profile: bool = True
+    knobs: tuple[Knob, ...] = ()
+    first_step_timeout_s: float = 120.0
+    keep_trace: bool = False
+    child_stdout_to_stderr: bool = False
+    grace_s: float = 10.0
+    sample_gpu: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ValueError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"--steps {self.steps}: must be at least 1 (or use --full)")
+        if not self.first_step_timeout_s > 0:
+            raise ValueError(f"--first-step-timeout {self.first_step_timeout_s}: must be > 0 seconds")
+        if not self.grace_s >= 0:
+            raise ValueError("grace_s must be >= 0")
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        """The profiler window's (first, last) step, fitted inside ``steps``."""
+        if not self.profile:
+            return None
+        first, last = DEFAULT_WINDOW
+        if self.steps is not None and self.steps <= last + 1:
+            first = max(1, self.steps // 4)
+            last = min(first + 4, self.steps - 1)
+            if last < first:
+                return None
+        return first, last
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """How the run ended: its directory, its manifest and the exit code gpudoctor should use."""
+
+    run_dir: Path
+    manifest: RunManifest
+    exit_code: int
+    message: str = ""
+
+
+def resolve_command(command: tuple[str, ...]) -> tuple[str, ...]:
+    """Check the program exists; raise :class:`GpuDoctorUserError` (exit 2) saying what to do."""
+    if not command:
+        raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
+    program = command[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise GpuDoctorUserError(f"{program}: no such executable file; check the path after --")
+        return command
+    found = shutil.which(program)
+    if found is None:
+        raise GpuDoctorUserError(
+            f"{program}: command not found on PATH; write the full command after --, "
+            "e.g. gpudoctor run -- python train.py"
+        )
+    return command
+
+
+def default_run_dir(command: tuple[str, ...], base: Path = Path("gpudoctor-runs")) -> Path:
+    """``gpudoctor-runs/<YYYYmmdd-HHMMSS>-<script name>``, never an existing directory."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = base / f"{stamp}-{run_name(command)}"
+    n = 2
+    while path.exists():
+        path = base / f"{stamp}-{run_name(command)}-{n}"
+        n += 1
+    return path
+
+
+def run_name(command: tuple[str, ...]) -> str:
+    """A short name for the run: the script's stem, the ``-m`` module's last part, or the program."""
+    for i, arg in enumerate(command):
+        if arg == "-m" and i + 1 < len(command):
+            return command[i + 1].rsplit(".", 1)[-1]
+        if arg.endswith(".py"):
+            return Path(arg).stem
+    return Path(command[0]).name or "run"
+
+
+def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ours plus the probe switches and the sitecustomize path."""
+    env = dict(os.environ if environ is None else environ)
+    site = str(instrument.SITE_DIR)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+    env[instrument.ENV_PKG_ROOT] = str(Path(gpudoctor.__file__).resolve().parent.parent)
+    env[instrument.ENV_RUN_DIR] = str(spec.run_dir.resolve())
+    env[instrument.ENV_STEPS] = "" if spec.steps is None else str(spec.steps)
+    window = spec.window
+    env[instrument.ENV_PROFILE] = f"{window[0]}:{window[1]}" if window else ""
+    env[instrument.ENV_KEEP_TRACE] = "1" if spec.keep_trace else ""
+    env["PYTHONUNBUFFERED"] = "1"  # live output through the pipe
+    env.pop(instrument.ENV_KNOBS, None)
+    if spec.knobs:
+        env.update(child_env(spec.knobs, env))
+    return env
+
+
+def _steps_seen(run_dir: Path) -> bool:
+    """Has any rank finished an optimizer step? (config files are written at the first one)"""
+    if any(run_dir.glob("config-rank*.json")):
+        return True
+    for path in run_dir.glob("steps-rank*.jsonl"):
+        try:
+            if path.stat().st_size > 0 and path.read_bytes().count(b"\n") >= 2:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _steps_per_rank(run_dir: Path) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for path in sorted(run_dir.glob("steps-rank*.jsonl")):
+        rank = int(path.stem.removeprefix("steps-rank"))
+        try:
+            counts[rank] = sum(1 for _ in read_jsonl(path, StepRecord, kind=KIND_STEPS))
+        except (SchemaError, OSError):
+            counts[rank] = 0
+    return counts
+
+
+def _ranks(run_dir: Path) -> list[int]:
+    ranks = set()
+    for path in run_dir.glob("*-rank*.json*"):
+        tail = path.name.split("-rank", 1)[1].split(".", 1)[0]
+        if tail.isdigit():
+            ranks.add(int(tail))
+    return sorted(ranks)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None) -> RunOutcome:
+    """Run ``spec.command`` under the probes; write the run directory; return how it ended.
+
+    Raises :class:`GpuDoctorUserError` when the command cannot be started (nothing is run then).
+    ``say`` receives progress messages for the user (stderr).
+    """
+    say = say or (lambda message: print(message, file=sys.stderr, flush=True))
+    command = resolve_command(tuple(spec.command))
+    run_dir = spec.run_dir
+    if (run_dir / MANIFEST).exists():
+        raise GpuDoctorUserError(f"{run_dir} already holds a run; pick a new --out directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = [] if spec.profile else ["profiler window off (--no-profile)"]
+    if os.environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"):
+        notes.append(
+            "CUDA_LAUNCH_BLOCKING is set: every kernel launch waits for the GPU, so step times "
+            "are not representative; unset it (it is for locating errors, not for speed)"
+        )
+    manifest = RunManifest(
+        command=command,
+        started_at=time.time(),
+        steps_requested=spec.steps,
+        hostname=socket.gethostname(),
+        gpudoctor_version=gpudoctor.__version__,
+        python=sys.version.split()[0],
+        knobs=tuple(str(k) for k in spec.knobs),
+        profile_window=tuple(spec.window or ()),
+    )
+    write_json(run_dir / MANIFEST, manifest, kind=KIND_MANIFEST)
+
+    stop_reason = ""
+    interrupts = 0
+    received = signal.SIGINT
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal interrupts, stop_reason, received
+        interrupts += 1
+        if not stop_reason:
+            stop_reason, received = "interrupted", signum
+
+    log = (run_dir / STDOUT).open("wb")
+    out_target = sys.stderr.buffer if spec.child_stdout_to_stderr else sys.stdout.buffer
+    try:
+        proc = subprocess.Popen(
+            list(command),
+            env=child_environment(spec),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            process_group=0,  # its own group: Ctrl-C reaches gpudoctor, which stops the whole job
+        )
+    except OSError as exc:
+        log.close()
+        final = dataclasses.replace(manifest, ended_at=time.time(), status="crashed", error=str(exc), exit_code=None)
+        write_json(run_dir / MANIFEST, final, kind=KIND_MANIFEST)
+        raise GpuDoctorUserError(f"could not start {command[0]}: {exc}") from None
+    lock = threading.Lock()
+    out_tail: deque = deque(maxlen=40)
+    err_tail: deque = deque(maxlen=40)
+    tees = [
+        Tee(proc.stdout, out_target, log, lock, out_tail),
+        Tee(proc.stderr, sys.stderr.buffer, log, lock, err_tail),
+    ]
+    previous = {}
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    samplers = start_samplers(run_dir, proc.pid, notes) if spec.sample_gpu else []
+    started = time.monotonic()
+    first_step = False
+    deadline: float | None = None
+    escalation = 0
+    message = ""
+    try:
+        while proc.poll() is None:
+            time.sleep(0.1)
+            if not first_step and _steps_seen(run_dir):
+                first_step = True
+            if not first_step and not stop_reason and time.monotonic() - started > spec.first_step_timeout_s:
+                stop_reason = "timeout"
+                message = (
+                    f"no optimizer step in {spec.first_step_timeout_s:g} s: the script never called "
+                    "optimizer.step() (or is stuck before its first step); stopping it. Raise "
+                    "--first-step-timeout if its start-up is slow."
+                )
+                say(f"gpudoctor: {message}")
+            if stop_reason and deadline is None:
+                # Pass on the signal gpudoctor got (Ctrl-C -> SIGINT, kill -> SIGTERM).
+                first_signal = received if stop_reason == "interrupted" else signal.SIGTERM
+                _signal_group(proc.pid, first_signal)
+                deadline = time.monotonic() + spec.grace_s
+                if stop_reason == "interrupted":
+                    say("gpudoctor: interrupted; stopping the script and writing what was gathered "
+                        "(Ctrl-C again to kill it now)")
+            elif deadline is not None and (time.monotonic() > deadline or interrupts > 1):
+                escalation += 1
+                _signal_group(proc.pid, signal.SIGTERM if escalation == 1 and interrupts <= 1 else signal.SIGKILL)
+                deadline = time.monotonic() + 5.0
+        proc.wait()
+    finally:
+        for tee in tees:
+            tee.thread.join(timeout=3.0)
+        if any(tee.thread.is_alive() for tee in tees):
+            # Grandchildren (orphaned loader workers, ...) still hold the pipes: end them.
+            _signal_group(proc.pid, signal.SIGKILL)
+            for tee in tees:
+                tee.thread.join(timeout=2.0)
+        with lock:
+            log.close()
+        stop_samplers(samplers)
+        if in_main:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    rc = proc.returncode
+    counts = _steps_per_rank(run_dir)
+    ranks = _ranks(run_dir)
+    steps_done = max(counts.values(), default=0)
+    status, error = _status(spec, rc, stop_reason, steps_done, err_tail or out_tail)
+    if status == "timeout":
+        error, message = message, ""  # already said live; the manifest keeps the explanation
+    elif status == "no_steps":
+        message = (
+            "the script exited without a single optimizer step: gpudoctor measures training "
+            "steps (optimizer.step()); nothing to diagnose"
+        )
+    elif status == "crashed":
+        message = f"the script exited with code {rc}; its last error lines are in the manifest and stdout.log"
+    final = dataclasses.replace(
+        manifest,
+        ended_at=time.time(),
+        exit_code=rc,
+        status=status,
+        error=error,
+        ranks=tuple(ranks),
+        world_size=len(ranks) or None,
+        notes=tuple(notes),
+        steps_recorded=tuple(counts.get(r, 0) for r in ranks),
+    )
+    write_json(run_dir / MANIFEST, final, kind=KIND_MANIFEST)
+    return RunOutcome(run_dir=run_dir, manifest=final, exit_code=_exit_code(status, rc), message=message)
+
+
+def _status(spec: RunSpec, rc: int, stop_reason: str, steps_done: int, tail: deque) -> tuple[str, str]:
+    error = ""
+    if stop_reason == "interrupted":
+        return "interrupted", error
+    if stop_reason == "timeout":
+        return "timeout", "no optimizer step within the first-step timeout"
+    if rc != 0:
+        lines = [line.decode("utf-8", "replace").rstrip() for line in tail]
+        return "crashed", "\n".join(line for line in lines if line)[-4000:]
+    if steps_done == 0:
+        return "no_steps", error
+    if spec.steps is not None and steps_done >= spec.steps:
+        return "stopped", error
+    return "completed", error
+
+
+def _exit_code(status: str, rc: int) -> int:
+    if status == "interrupted":
+        return EXIT_INTERRUPTED
+    if status in ("timeout", "no_steps"):
+        return 1
+    if rc < 0:
+        return 128 + (-rc)  # killed by a signal: the shell's convention
+    return rc

@@ -1,0 +1,85 @@
+"""``explain_text``: from raw text (an error message or a whole multi-rank log) to a ranked report."""
+
+from __future__ import annotations
+
+from gpudoctor.explain.catalog import Catalog, load_catalog
+from gpudoctor.explain.logparse import (
+    EXTRACT_TRIGGERS,
+    candidate_lines,
+    extract_errors,
+    parse_launcher,
+    split_lines,
+    strip_rank,
+)
+from gpudoctor.explain.matcher import EntryHits, apply_overrides, match_joined, match_lines
+from gpudoctor.explain.ranking import rank_matches
+from gpudoctor.records.explain import ExplainMatch, ExplainReport, ExtractedError
+
+# an extracted error is the context of a match when it starts this close after the matched line
+_CONTEXT_AFTER = 40
+_CONTEXT_BEFORE = 3
+
+
+def _context(hits: EntryHits, errors: list[ExtractedError]) -> ExtractedError | None:
+    line_no = hits.first.index + 1
+    near = [e for e in errors if line_no - _CONTEXT_BEFORE <= e.line_no <= line_no + _CONTEXT_AFTER]
+    return min(near, key=lambda e: abs(e.line_no - line_no)) if near else None
+
+
+def _to_match(hits: EntryHits, errors: list[ExtractedError]) -> ExplainMatch:
+    entry, first = hits.entry, hits.first
+    notes: list[str] = []
+    for hit in hits.hits:
+        for note in hit.notes:
+            if note not in notes:
+                notes.append(note)
+    return ExplainMatch(
+        entry_id=entry.id,
+        title=entry.title,
+        category=entry.category,
+        severity=entry.severity,
+        role=entry.role,
+        confidence=round(hits.confidence, 2),
+        matched_line=first.text[:400],
+        line_no=min(h.index for h in hits.hits) + 1,
+        occurrences=len(hits.hits),
+        ranks=tuple(sorted({h.rank for h in hits.hits if h.rank is not None})),
+        cause=entry.cause,
+        verify=entry.verify,
+        fix=entry.fix,
+        links=entry.links,
+        notes=tuple(notes[:3]),
+        context=_context(hits, errors),
+    )
+
+
+def explain_text(text: str, *, catalog: Catalog | None = None) -> ExplainReport:
+    """Find the known failures in ``text`` and rank them, root causes first.
+
+    Args:
+        text: one error message, a traceback, or a whole log (any size; ranks prefixed by torchrun,
+            srun or mpirun are recognised and de-duplicated).
+        catalog: the catalog to use; the packaged one by default.
+
+    Returns:
+        The ranked matches, every error statement found (for text the catalog does not know), the
+        ranks seen, and torchrun's root-cause summary when present.
+    """
+    catalog = catalog or load_catalog()
+    lines = split_lines(text)
+    candidates = candidate_lines(lines, catalog.triggers + EXTRACT_TRIGGERS)
+    parsed = {i: strip_rank(lines[i]) for i in sorted(candidates)}
+    found = match_lines(catalog, candidates, parsed)
+    match_joined(catalog, lines, found)
+    apply_overrides(found)
+    errors = extract_errors(lines, parsed)
+    launcher = parse_launcher(lines, parsed)
+    ranks_seen = sorted({rank for rank, _ in parsed.values() if rank is not None})
+    matches = [_to_match(hits, errors) for hits in found.values()]
+    return ExplainReport(
+        matches=rank_matches(matches, launcher),
+        extracted=tuple(errors),
+        lines_read=len(lines),
+        ranks_seen=tuple(ranks_seen),
+        launcher=launcher,
+    )

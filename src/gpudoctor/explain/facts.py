@@ -1,0 +1,141 @@
+"""Numbers read from error messages, and the named checks catalog entries can require.
+
+A check takes the matched line and returns ``(passed, notes)``; ``notes`` are short facts shown to
+the user ("reserved but unallocated: 7.65 GiB"). Checks are pure functions over text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+_UNITS = {"b": 1, "bytes": 1, "byte": 1, "kib": 2**10, "kb": 2**10, "mib": 2**20, "mb": 2**20,
+          "gib": 2**30, "gb": 2**30, "tib": 2**40, "tb": 2**40, "pib": 2**50, "eib": 2**60, "eb": 2**60}
+_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes?|[KMGTPE]i?B)"
+_OLD = re.compile(
+    rf"Tried to allocate {_SIZE} \(GPU \d+; {_SIZE} total capacity; {_SIZE} already allocated; "
+    rf"{_SIZE} free; {_SIZE} reserved in total by PyTorch\)",
+    re.IGNORECASE,
+)
+_NEW_HEAD = re.compile(
+    rf"Tried to allocate {_SIZE}\. GPU \d+ has a total capac\w* of {_SIZE} of which {_SIZE} is free",
+    re.IGNORECASE,
+)
+_NEW_POOL = re.compile(
+    rf"Of the allocated memory {_SIZE} is allocated by PyTorch.*?and {_SIZE} is reserved by PyTorch "
+    r"but unallocated",
+    re.IGNORECASE,
+)
+_OTHER = re.compile(rf"Process \d+ has {_SIZE} memory in use", re.IGNORECASE)
+_SELF = re.compile(rf"this process has {_SIZE} memory in use", re.IGNORECASE)
+
+
+def _bytes(value: str, unit: str) -> int:
+    return int(float(value) * _UNITS[unit.lower()])
+
+
+def format_bytes(n: int) -> str:
+    """1.5 GiB style, for notes."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OomFacts:
+    """The sizes in a PyTorch CUDA OOM message; ``None`` where the message does not say."""
+
+    requested: int
+    total: int | None
+    free: int | None
+    allocated: int | None
+    reserved_unallocated: int | None
+    other_processes: tuple[int, ...] = ()
+    this_process: int | None = None
+
+
+def parse_oom(text: str) -> OomFacts | None:
+    """Read the sizes from either wording of the caching allocator's OOM message."""
+    old = _OLD.search(text)
+    if old:
+        g = old.groups()
+        requested, total, allocated, free, reserved = (
+            _bytes(g[i], g[i + 1]) for i in range(0, 10, 2)
+        )
+        return OomFacts(requested=requested, total=total, free=free, allocated=allocated,
+                        reserved_unallocated=max(reserved - allocated, 0))
+    head = _NEW_HEAD.search(text)
+    if not head:
+        return None
+    g = head.groups()
+    pool = _NEW_POOL.search(text)
+    allocated = gap = None
+    if pool:
+        p = pool.groups()
+        allocated, gap = _bytes(p[0], p[1]), _bytes(p[2], p[3])
+    me = _SELF.search(text)
+    return OomFacts(
+        requested=_bytes(g[0], g[1]),
+        total=_bytes(g[2], g[3]),
+        free=_bytes(g[4], g[5]),
+        allocated=allocated,
+        reserved_unallocated=gap,
+        other_processes=tuple(_bytes(v, u) for v, u in _OTHER.findall(text)),
+        this_process=_bytes(*me.groups()) if me else None,
+    )
+
+
+_GIB = 2**30
+_MIB = 2**20
+
+
+def oom_fragmentation(text: str) -> tuple[bool, tuple[str, ...]]:
+    """Reserved-but-unallocated cache is large: >= 1 GiB, or >= 256 MiB and at least the request
+    or 30% of everything PyTorch reserved."""
+    facts = parse_oom(text)
+    if facts is None or facts.reserved_unallocated is None or facts.allocated is None:
+        return False, ()
+    gap = facts.reserved_unallocated
+    reserved = facts.allocated + gap
+    large = gap >= _GIB or (
+        gap >= 256 * _MIB and (gap >= facts.requested or gap >= 0.3 * reserved)
+    )
+    share = f" ({gap / reserved:.0%} of reserved)" if reserved else ""
+    note = (
+        f"reserved but unallocated: {format_bytes(gap)}{share}; "
+        f"request: {format_bytes(facts.requested)}"
+    )
+    return large, (note,)
+
+
+def oom_request_exceeds_total(text: str) -> tuple[bool, tuple[str, ...]]:
+    """A single request larger than the GPU's total memory."""
+    facts = parse_oom(text)
+    if facts is None or facts.total is None:
+        return False, ()
+    passed = facts.requested > facts.total
+    note = f"request {format_bytes(facts.requested)} vs GPU total {format_bytes(facts.total)}"
+    return passed, (note,)
+
+
+def oom_other_processes(text: str) -> tuple[bool, tuple[str, ...]]:
+    """Other processes hold memory on the GPU: two or more listed, or one next to this process's
+    own line (a single 'Process N has' without it is usually this process seen from a container)."""
+    facts = parse_oom(text)
+    if facts is None:
+        return False, ()
+    others = facts.other_processes
+    passed = len(others) >= 2 or (
+        len(others) == 1 and facts.this_process is not None and others[0] >= 256 * _MIB
+    )
+    note = f"{len(others)} other process(es) hold {format_bytes(sum(others))} on this GPU"
+    return passed, (note,) if others else ()
+
+
+CHECKS: dict[str, Callable[[str], tuple[bool, tuple[str, ...]]]] = {
+    "oom_fragmentation": oom_fragmentation,
+    "oom_request_exceeds_total": oom_request_exceeds_total,
+    "oom_other_processes": oom_other_processes,
+}

@@ -1,0 +1,95 @@
+"""Generate ``docs/lint.md`` from the rule modules, so the docs cannot drift from the code.
+
+Run ``python -m gpudoctor.lint.docs > docs/lint.md`` after changing a rule; a test checks it.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.lint.registry import ALL_RULES, DEFAULT_OFF_PREFIX, GROUPS
+
+INTRO = """\
+# `gpudoctor lint`: static checks for GPU-training anti-patterns
+
+`gpudoctor lint PATH...` reads Python files (directories are searched recursively, skipping hidden,
+virtual-environment and build directories), parses each once with the standard library's `ast`, and
+reports the pitfalls that make PyTorch training on NVIDIA GPUs slow, leak memory, produce NaN or hang
+under DDP. Every rule knows its scope — which names hold tensors and which hold `nn.Module`s, what a
+training step loop is (the loop that calls `.backward()` or `optimizer.step()`), what runs under
+autocast or `no_grad`, what a `Dataset.__getitem__` is — and **stays silent when it cannot decide
+statically** (a function parameter, a name assigned two different kinds of value, a `**kwargs` call).
+
+```console
+$ gpudoctor lint train.py src/
+train.py:12:5 GD101 `x.to()` on a tensor is not in place and its result is discarded: write `x = x.to(...)`
+train.py:17:5 GD201 `total += loss` keeps every step's autograd graph alive: add `loss.item()` or `loss.detach()`
+Found 2 violations in 14 files. 1 fixable with `gpudoctor lint --fix`.
+```
+
+| option | effect |
+|---|---|
+| `--select GD1,GD302` | run only these codes or prefixes (comma-separated or repeated); `ALL` runs everything |
+| `--ignore GD5` | skip these codes or prefixes |
+| `--fix` | rewrite the safely fixable violations in place (marked `[*]` in `--statistics`); needs libcst |
+| `--format text\\|json\\|sarif` | `path:line:col CODE message` lines, a JSON report, or a SARIF 2.1.0 log for code-scanning UIs |
+| `--json` | same as `--format json` |
+| `--statistics` | one line per code with its count instead of every violation |
+
+**Exit codes** (as ruff's): `0` nothing found, `1` violations found (including a file that does not
+parse), `2` usage error (a path that does not exist, an unknown code in `--select`/`--ignore`, an
+unknown format).
+
+**Files that do not parse** are reported as `E999 SyntaxError: ...` at the error's position; the other
+files are still checked.
+
+**Silencing:** `# noqa` on the reported line (or the last line of a multi-line statement) silences
+every rule there; `# noqa: GD101, GD204` silences only those codes.
+
+**Groups:** codes are grouped by hundreds. Rules in the GD9xx range are noisy and off by default: they
+run only when selected explicitly (`--select GD9`, `--select GD901` or `--select ALL`; a broad prefix
+such as `GD` does not switch them on).
+
+| range | concern |
+|---|---|
+{groups}
+
+**pre-commit:** add to `.pre-commit-config.yaml`:
+
+```yaml
+- repo: <this repository>
+  rev: <a tag>
+  hooks:
+    - id: gpudoctor-lint        # or gpudoctor-lint-fix to apply the safe fixes
+```
+
+## Rules
+"""
+
+
+def rules_markdown() -> str:
+    """The whole of ``docs/lint.md``."""
+    groups = "\n".join(f"| `{prefix}xx` | {text} |" for prefix, text in GROUPS.items())
+    parts = [INTRO.replace("{groups}", groups)]
+    index = ["| code | name | severity | fix | default |", "|---|---|---|---|---|"]
+    for rule in ALL_RULES:
+        default = "off" if rule.CODE.startswith(DEFAULT_OFF_PREFIX) else "on"
+        index.append(f"| [{rule.CODE}](#{rule.CODE.lower()}-{rule.NAME}) | {rule.NAME} | {rule.SEVERITY} | "
+                     f"{'yes' if rule.FIXABLE else ''} | {default} |")
+    parts.append("\n".join(index) + "\n")
+    for rule in ALL_RULES:
+        notes = [f"severity: {rule.SEVERITY}"]
+        if rule.FIXABLE:
+            notes.append("fixable with `--fix`")
+        if rule.CODE.startswith(DEFAULT_OFF_PREFIX):
+            notes.append(f"off by default (`--select {rule.CODE}`)")
+        parts.append(
+            f"### {rule.CODE} {rule.NAME}\n\n"
+            f"**{rule.MESSAGE}** ({'; '.join(notes)})\n\n"
+            f"{rule.RATIONALE}\n\n"
+            f"Bad:\n\n```python\n{rule.BAD}```\n\n"
+            f"Good:\n\n```python\n{rule.GOOD}```\n"
+        )
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(rules_markdown(), end="")

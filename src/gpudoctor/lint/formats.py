@@ -1,0 +1,90 @@
+"""Lint output formats: text (``path:line:col CODE message``), JSON and SARIF 2.1.0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpudoctor import __version__
+from gpudoctor.lint.registry import RULES_BY_CODE
+from gpudoctor.records.base import SCHEMA_VERSION, to_dict
+from gpudoctor.records.lint import LintReport
+
+FORMATS = ("text", "json", "sarif")
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def to_text(report: LintReport) -> str:
+    """One ``path:line:col CODE message`` line per violation, then a one-line summary."""
+    lines = [f"{v.path}:{v.line}:{v.col} {v.code} {v.message}" for v in report.violations]
+    count = len(report.violations)
+    fixable = sum(v.fixable for v in report.violations)
+    if count:
+        summary = f"Found {count} violation{'s' * (count != 1)} in {report.files_checked} file" \
+                  f"{'s' * (report.files_checked != 1)}."
+        if fixable:
+            summary += f" {fixable} fixable with `gpudoctor lint --fix`."
+    else:
+        summary = f"All checks passed ({report.files_checked} file{'s' * (report.files_checked != 1)})."
+    if report.fixed:
+        summary = f"Fixed {report.fixed} violation{'s' * (report.fixed != 1)}. " + summary
+    return "\n".join(lines + [summary]) + "\n"
+
+
+def to_json(report: LintReport) -> str:
+    payload = {"schema_version": SCHEMA_VERSION, **to_dict(report)}
+    return json.dumps(payload, indent=2) + "\n"
+
+
+def _uri(path: str) -> str:
+    p = Path(path)
+    return p.as_posix() if not p.is_absolute() else p.as_uri()
+
+
+def to_sarif(report: LintReport) -> str:
+    """A SARIF 2.1.0 log: one run, every known rule in ``tool.driver.rules``, one result per violation."""
+    codes = sorted(RULES_BY_CODE)
+    rules = []
+    for code in codes:
+        rule = RULES_BY_CODE[code]
+        rules.append({
+            "id": code,
+            "name": rule.NAME,
+            "shortDescription": {"text": rule.MESSAGE},
+            "fullDescription": {"text": rule.RATIONALE},
+            "help": {"text": rule.RATIONALE, "markdown": f"Bad:\n```python\n{rule.BAD}```\nGood:\n```python\n{rule.GOOD}```"},
+            "defaultConfiguration": {"level": _SARIF_LEVEL[rule.SEVERITY],
+                                     "enabled": not code.startswith("GD9")},
+            "properties": {"fixable": rule.FIXABLE},
+        })
+    results = []
+    for v in report.violations:
+        result = {
+            "ruleId": v.code,
+            "level": _SARIF_LEVEL.get(v.severity, "warning"),
+            "message": {"text": v.message},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(v.path)},
+                "region": {"startLine": v.line, "startColumn": v.col},
+            }}],
+        }
+        if v.code in RULES_BY_CODE:
+            result["ruleIndex"] = codes.index(v.code)
+        results.append(result)
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "gpudoctor", "version": __version__, "rules": rules}},
+            "results": results,
+        }],
+    }
+    return json.dumps(log, indent=2) + "\n"
+
+
+def render(report: LintReport, fmt: str) -> str:
+    """Render ``report`` as ``text``, ``json`` or ``sarif``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    return {"text": to_text, "json": to_json, "sarif": to_sarif}[fmt](report)

@@ -1,0 +1,31 @@
+"""GD203: ``torch.cuda.empty_cache()`` on every training step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpudoctor.lint.rules.base import Hit
+from gpudoctor.lint.scope import FileContext
+
+CODE = "GD203"
+NAME = "empty-cache-in-loop"
+SEVERITY = "warning"
+FIXABLE = False
+MESSAGE = "`torch.cuda.empty_cache()` on every training step slows training and does not fix OOM: remove it"
+RATIONALE = (
+    "`empty_cache()` returns the caching allocator's free blocks to the driver, so the next step "
+    "must `cudaMalloc` them again, a synchronising call, on every step. It frees no memory that "
+    "tensors still use, so it neither fixes a leak nor lowers the peak. Call it, if at all, "
+    "between phases (after evaluation, before loading another model) or when handling an OOM. "
+    "Calls under an `if` or in an `except` handler are left alone."
+)
+BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    torch.cuda.empty_cache()\n"
+GOOD = ("for x, y in loader:\n    try:\n        loss = step(x, y)\n        loss.backward()\n"
+        "    except torch.cuda.OutOfMemoryError:\n        torch.cuda.empty_cache()\n")
+
+
+def check(ctx: FileContext) -> Iterator[Hit]:
+    for call, where in ctx.calls:
+        if where.loop in ctx.step_loops and not where.guarded:
+            if ctx.qualname(call.func) == "torch.cuda.empty_cache":
+                yield Hit(call)

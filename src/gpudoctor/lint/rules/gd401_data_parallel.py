@@ -1,0 +1,33 @@
+"""GD401: ``nn.DataParallel``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpudoctor.lint.rules.base import Hit
+from gpudoctor.lint.scope import FileContext
+
+CODE = "GD401"
+NAME = "data-parallel"
+SEVERITY = "warning"
+FIXABLE = False
+MESSAGE = (
+    "`nn.DataParallel` is single-process and slower than DDP: use DistributedDataParallel under "
+    "torchrun"
+)
+RATIONALE = (
+    "DataParallel runs one Python process that scatters each batch, replicates the model on every"
+    " step and gathers outputs on GPU 0, so GPU 0 carries more memory and work, the GIL "
+    "serialises the replicas, and two GPUs are often slower than one. PyTorch recommends "
+    "DistributedDataParallel (one process per GPU, launched with `torchrun --nproc_per_node=N`)."
+)
+BAD = "model = nn.DataParallel(model)\n"
+GOOD = "model = DDP(model.to(local_rank), device_ids=[local_rank])\n"
+QUALS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                   "torch.nn.parallel.data_parallel.DataParallel"})
+
+
+def check(ctx: FileContext) -> Iterator[Hit]:
+    for call, _ in ctx.calls:
+        if ctx.qualname(call.func) in QUALS:
+            yield Hit(call)

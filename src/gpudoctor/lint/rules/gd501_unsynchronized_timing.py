@@ -1,0 +1,99 @@
+"""GD501: wall-clock timing around GPU work without synchronisation or CUDA events."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from gpudoctor.lint.rules.base import Hit
+from gpudoctor.lint.scope import TIMERS, FileContext, call_name, is_cuda_expr
+from gpudoctor.lint.walker import is_backward, is_optimizer_step
+
+CODE = "GD501"
+NAME = "unsynchronized-timing"
+SEVERITY = "warning"
+FIXABLE = False
+MESSAGE = (
+    "wall-clock timing of GPU work without `torch.cuda.synchronize()`: it measures kernel launch,"
+    " not execution; synchronize before reading the clock or use `torch.cuda.Event`"
+)
+RATIONALE = (
+    "CUDA kernels run asynchronously: `model(x)`, `loss.backward()` and `optimizer.step()` return"
+    " as soon as the work is queued. `time.time() - t0` then measures how fast Python enqueues "
+    "kernels, and the real cost lands on whichever later line synchronises. Call "
+    "`torch.cuda.synchronize()` before each clock reading, or record "
+    "`torch.cuda.Event(enable_timing=True)` pairs and read `start.elapsed_time(end)`. The rule "
+    "fires when the timed region contains known GPU work (backward, an optimizer step, a model "
+    "call, a CUDA matmul) and no synchronising call (`synchronize`, `.item()`, `.cpu()`, ...) "
+    "lies between the two readings."
+)
+BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
+GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch.cuda.synchronize()\n"
+        "print(time.time() - t0)\n")
+SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event"})
+
+
+def _timer_lines(ctx: FileContext, stmts: list) -> dict[str, list[int]]:
+    """name -> lines where it is assigned a clock reading."""
+    lines: dict[str, list[int]] = {}
+    for stmt, _ in stmts:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and ctx.qualname(stmt.value.func) in TIMERS:
+                lines.setdefault(target.id, []).append(stmt.lineno)
+    return lines
+
+
+def _gpu_work(ctx: FileContext, call: ast.Call, where) -> bool:
+    if is_backward(call) or is_optimizer_step(call, ctx, where):
+        return True
+    if isinstance(call.func, ast.Name) and ctx.kind(call.func, where.func) in ("module", "wrapper"):
+        return True
+    return call_name(call) == "to" and bool(call.args) and is_cuda_expr(call.args[0])
+
+
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
+             ast.With, ast.AsyncWith, ast.If, ast.Try)
+
+
+def check(ctx: FileContext) -> Iterator[Hit]:
+    if not ctx.uses_cuda or "time" not in ctx.source:
+        return
+    stmts_of: dict[object, list] = {}
+    for stmt, where in ctx.stmts:
+        if not isinstance(stmt, _COMPOUND):  # nested statements are listed on their own
+            stmts_of.setdefault(where.func, []).append((stmt, where))
+    calls_of: dict[object, list] = {}
+    for call, where in ctx.calls:
+        calls_of.setdefault(where.func, []).append((call, where))
+    for func, stmts in stmts_of.items():
+        timers = _timer_lines(ctx, stmts)
+        calls = calls_of.get(func, [])
+        if not timers or any(call_name(c) in ("Event", "elapsed_time") for c, _ in calls):
+            continue
+        nodes = [(n, s) for s, _ in stmts for n in ast.walk(s)]
+        matmuls = [n.lineno for n, _ in nodes if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)
+                   and ctx.expr_kind(n, func) == "cuda_tensor"]
+        for node, _ in nodes:
+            if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)
+                    and isinstance(node.right, ast.Name) and node.right.id in timers):
+                continue
+            left = node.left
+            if isinstance(left, ast.Call) and ctx.qualname(left.func) in TIMERS:
+                end = left.lineno
+            elif isinstance(left, ast.Name) and left.id in timers:
+                ends = [ln for ln in timers[left.id] if ln <= node.lineno]
+                if not ends:
+                    continue
+                end = max(ends)
+            else:
+                continue
+            starts = [ln for ln in timers[node.right.id] if ln < end]
+            if not starts:
+                continue
+            start = max(starts)
+            inside = [(c, w) for c, w in calls if start < c.lineno < end]
+            if any(call_name(c) in SYNCS for c, _ in inside):
+                continue
+            if any(_gpu_work(ctx, c, w) for c, w in inside) or any(start < ln < end for ln in matmuls):
+                yield Hit(node)

@@ -1,0 +1,63 @@
+"""GD502: a host-device sync (``.item()``, ``.cpu()``, ``print(tensor)``) on every training step."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from gpudoctor.lint.graph import graph_names, loss_names
+from gpudoctor.lint.rules.base import Hit
+from gpudoctor.lint.scope import FileContext
+
+CODE = "GD502"
+NAME = "host-sync-in-hot-loop"
+SEVERITY = "warning"
+FIXABLE = False
+MESSAGE = "host-device sync on every training step: do it every N steps (`if step % log_every == 0`)"
+RATIONALE = (
+    "`.item()`, `.cpu()`, `.tolist()`, `.numpy()` and printing a tensor make the CPU wait until "
+    "the GPU has finished everything queued so far, so the CPU cannot run ahead and queue the "
+    "next step; the GPU idles while Python prepares each step, which shows most on short steps. "
+    "Keep the running loss on the GPU (`total += loss.detach()`) and read it every N steps. The "
+    "rule fires only on the step loop itself (the loop that calls `.backward()` or "
+    "`optimizer.step()`) and never under an `if`, where logging usually is."
+)
+BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    running += loss.item()\n"
+GOOD = ("for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    loss.backward()\n"
+        "    running += loss.detach()\n    if i % 100 == 0:\n        print(running.item() / 100)\n")
+METHODS = frozenset({"item", "cpu", "tolist", "numpy"})
+
+
+def _tensor_arg(ctx: FileContext, node: ast.AST, func: object, losses: set[str]) -> bool:
+    if isinstance(node, ast.JoinedStr):
+        return any(_tensor_arg(ctx, v.value, func, losses) for v in node.values if isinstance(v, ast.FormattedValue))
+    if isinstance(node, ast.Name):
+        return node.id in losses or ctx.kind(node, func) in ("tensor", "cuda_tensor")
+    return False
+
+
+def _on_device(ctx: FileContext, node: ast.AST, func: object, graph: set[str]) -> bool:
+    """The receiver derives from a loss/model output or a known CUDA tensor."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and (sub.id in graph or ctx.kind(sub, func) == "cuda_tensor"):
+            return True
+    return False
+
+
+def check(ctx: FileContext) -> Iterator[Hit]:
+    for call, where in ctx.calls:
+        if where.loop not in ctx.step_loops or where.guarded:
+            continue
+        if isinstance(call.func, ast.Attribute) and call.func.attr in METHODS and not call.args:
+            # .item() is read from GPU memory in practice; .cpu()/.numpy()/.tolist() only when the
+            # tensor is known to live there (a CPU batch's .tolist() costs no sync)
+            if call.func.attr != "item" and not _on_device(ctx, call.func.value, where.func,
+                                                           graph_names(ctx, where.func)):
+                continue
+            yield Hit(call, f"`.{call.func.attr}()` on every training step waits for the GPU: "
+                            "do it every N steps (`if step % log_every == 0`)")
+        elif isinstance(call.func, ast.Name) and call.func.id in ("print", "float") and call.args:
+            losses = loss_names(ctx, where.func)
+            if any(_tensor_arg(ctx, a, where.func, losses) for a in call.args):
+                yield Hit(call, f"`{call.func.id}()` of a tensor on every training step waits for the GPU: "
+                                "do it every N steps (`if step % log_every == 0`)")

@@ -1,0 +1,205 @@
+"""The ``gpudoctor monitor`` view: a row per GPU with bars and a history sparkline, the GPU
+processes below, then the host. Pure rendering of records: no NVML, no psutil, no clock.
+
+A metric the device did not give prints as ``N/A``, and the reason is listed under the table
+once (NVML cannot give per-process memory under WDDM or some MIG set-ups, nvitop #55; power on
+some boards). Clock-event reasons other than ``gpu_idle`` are listed too: a GPU held back by
+``sw_power_cap`` or ``hw_thermal_slowdown`` is slower than its utilization says.
+
+Two readings from ``nvidia-smi dmon`` practice (seed 000 §3.3, Q4) are printed as hints:
+low utilization with heavy PCIe rx means the GPU waits on host-to-device copies; low
+utilization while one host core is saturated means the input pipeline is the bottleneck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpudoctor.records.gpu import GpuSample, HostSample
+
+GIB = float(1 << 30)
+SPARK = "▁▂▃▄▅▆▇█"
+BAR_WIDTH = 8
+HISTORY = 12
+LOW_UTIL_PCT = 70.0
+HIGH_RX_BYTES_PER_S = 4e9
+SATURATED_CORE_PCT = 95.0
+
+
+def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
+    """A text bar ``█████░░░░░`` of ``width`` cells; blank cells when unknown."""
+    if fraction is None:
+        return "·" * width
+    full = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * full + "░" * (width - full)
+
+
+def sparkline(values: Sequence[float | None], top: float = 100.0) -> str:
+    """One character per value, ``▁`` (0) to ``█`` (``top``); a space when unknown."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            level = round(max(0.0, min(1.0, v / top)) * (len(SPARK) - 1))
+            out.append(SPARK[level])
+    return "".join(out)
+
+
+def _pct(v: float | None) -> str:
+    return "N/A" if v is None else f"{v:.0f}%"
+
+
+def _gib(v: int | None, digits: int = 1) -> str:
+    return "N/A" if v is None else f"{v / GIB:.{digits}f}"
+
+
+def _rate(v: float | None) -> str:
+    if v is None:
+        return "N/A"
+    if v >= 1e9:
+        return f"{v / 1e9:.1f}G"
+    if v >= 1e6:
+        return f"{v / 1e6:.0f}M"
+    return f"{v / 1e3:.0f}K"
+
+
+def _gpu_table(latest: Sequence[GpuSample], history: Mapping[int, Sequence[GpuSample]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for head, justify in (
+        ("GPU", "left"), ("util", "left"), ("memory GiB", "left"), ("power W", "right"),
+        ("temp", "right"), ("SM MHz", "right"), ("PCIe rx/tx", "right"), ("history", "left"),
+    ):
+        table.add_column(head, justify=justify, no_wrap=True, overflow="ellipsis")
+    for s in latest:
+        util = None if s.util_gpu_pct is None else s.util_gpu_pct / 100.0
+        mem_frac = None
+        if s.mem_used_bytes is not None and s.mem_total_bytes:
+            mem_frac = s.mem_used_bytes / s.mem_total_bytes
+        power = "N/A" if s.power_w is None else f"{s.power_w:.0f}"
+        if s.power_limit_w is not None:
+            power += f"/{s.power_limit_w:.0f}"
+        hist = [h.util_gpu_pct for h in history.get(s.index, ())][-HISTORY:]
+        table.add_row(
+            f"{s.index} {s.name.removeprefix('NVIDIA ')}",
+            f"{bar(util)} {_pct(s.util_gpu_pct):>4}",
+            f"{bar(mem_frac)} {_gib(s.mem_used_bytes)}/{_gib(s.mem_total_bytes, 0)}",
+            power,
+            "N/A" if s.temperature_c is None else f"{s.temperature_c:.0f}°C",
+            "N/A" if s.sm_clock_mhz is None else str(s.sm_clock_mhz),
+            f"{_rate(s.pcie_rx_bytes_per_s)}/{_rate(s.pcie_tx_bytes_per_s)}",
+            sparkline(hist),
+        )
+    return table
+
+
+def _process_table(latest: Sequence[GpuSample], job_pids: frozenset[int]) -> Table | None:
+    rows = [(s.index, p) for s in latest for p in s.processes]
+    if not rows:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("GPU", justify="right")
+    table.add_column("PID", justify="right")
+    table.add_column("GPU memory", justify="right")
+    if job_pids:
+        table.add_column("job")
+    table.add_column("command", overflow="ellipsis", no_wrap=True, max_width=60)
+    for index, p in sorted(rows, key=lambda r: (r[0], -(r[1].used_memory_bytes or 0), r[1].pid)):
+        mem = "N/A" if p.used_memory_bytes is None else f"{p.used_memory_bytes / GIB:.2f} GiB"
+        cells = [str(index), str(p.pid), mem]
+        if job_pids:
+            cells.append("yes" if p.pid in job_pids else "")
+        cells.append(p.command or "(not visible from here)")
+        table.add_row(*cells)
+    return table
+
+
+def _notes(latest: Sequence[GpuSample], host: HostSample | None) -> list[str]:
+    notes = []
+    for s in latest:
+        events = [r for r in s.throttle_reasons if r != "gpu_idle"]
+        if events:
+            notes.append(f"GPU {s.index}: clocks held back by {', '.join(events)}")
+        if s.ecc_errors_uncorrected:
+            notes.append(f"GPU {s.index}: {s.ecc_errors_uncorrected} uncorrected ECC errors")
+        by_reason: dict[str, list[str]] = {}
+        for metric, reason in sorted((s.unavailable or {}).items()):
+            by_reason.setdefault(reason, []).append(metric)
+        if by_reason:
+            what = "; ".join(f"{', '.join(m)} ({r})" for r, m in by_reason.items())
+            notes.append(f"GPU {s.index} N/A: {what}")
+        low = s.util_gpu_pct is not None and s.util_gpu_pct < LOW_UTIL_PCT
+        if low and (s.pcie_rx_bytes_per_s or 0) >= HIGH_RX_BYTES_PER_S:
+            notes.append(
+                f"hint: GPU {s.index} is {s.util_gpu_pct:.0f}% busy while PCIe rx is "
+                f"{s.pcie_rx_bytes_per_s / 1e9:.1f} GB/s: it waits on host-to-device copies "
+                "(pin_memory=True, non_blocking=True, or keep the data on the GPU)"
+            )
+        elif low and host is not None and (host.busiest_core_pct or 0) >= SATURATED_CORE_PCT:
+            notes.append(
+                f"hint: GPU {s.index} is {s.util_gpu_pct:.0f}% busy while a CPU core is at "
+                f"{host.busiest_core_pct:.0f}%: the input pipeline may be the bottleneck "
+                "(DataLoader num_workers, pin_memory)"
+            )
+    return notes
+
+
+def _host_line(host: HostSample) -> str:
+    parts = [f"host  CPU {_pct(host.cpu_pct)} (busiest core {_pct(host.busiest_core_pct)})"]
+    parts.append(f"RAM {_gib(host.ram_used_bytes)}/{_gib(host.ram_total_bytes)} GiB")
+    if host.tree_pids or host.tree_cpu_pct is not None:
+        parts.append(
+            f"job: {len(host.tree_pids)} process{'' if len(host.tree_pids) == 1 else 'es'}, "
+            f"CPU {_pct(host.tree_cpu_pct)}, "
+            f"RSS {_gib(host.tree_rss_bytes)} GiB"
+        )
+    return "  ".join(parts)
+
+
+def render_monitor(
+    latest: Sequence[GpuSample],
+    history: Mapping[int, Sequence[GpuSample]] | None = None,
+    host: HostSample | None = None,
+    *,
+    gpu_unavailable: str = "",
+    job_pids: frozenset[int] | None = None,
+) -> Group:
+    """Build the monitor view.
+
+    Args:
+        latest: the newest sample of each GPU, in GPU order.
+        history: GPU index -> recent samples (oldest first) for the sparkline.
+        host: the newest host sample, if any.
+        gpu_unavailable: why there are no GPU samples (printed instead of the GPU table).
+        job_pids: pids of the watched job's tree; GPU processes among them are marked.
+    """
+    parts: list = []
+    if latest:
+        parts.append(_gpu_table(latest, history or {}))
+        procs = _process_table(latest, job_pids or frozenset())
+        parts.append(Text(""))
+        if procs is not None:
+            parts.append(procs)
+        else:
+            parts.append(Text("no process holds GPU memory", style="dim"))
+    else:
+        parts.append(Text(f"no GPU: {gpu_unavailable or 'no samples yet'}", style="yellow"))
+    if host is not None:
+        parts.append(Text(_host_line(host)))
+    for note in _notes(latest, host):
+        parts.append(Text(note, style="yellow" if note.startswith("hint") else "dim"))
+    return Group(*parts)
+
+
+def history_by_gpu(samples: Sequence[GpuSample]) -> tuple[list[GpuSample], dict[int, list[GpuSample]]]:
+    """Split a recorded stream into (newest sample per GPU, per-GPU history) for the view."""
+    history: dict[int, list[GpuSample]] = {}
+    for s in samples:
+        history.setdefault(s.index, []).append(s)
+    latest = [history[i][-1] for i in sorted(history)]
+    return latest, history

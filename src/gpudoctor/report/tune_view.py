@@ -1,0 +1,116 @@
+"""The ``gpudoctor tune`` view: the seeds' control-variable table for every knob (each setting
+tried, its throughput, step time, data wait, peak memory and verdict), the winner marked, the
+knob's summary and notes, then what was written. Pure rendering of a :class:`TuneResult`."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
+
+_STYLE = {
+    TrialVerdict.OK: "green",
+    TrialVerdict.OOM: "red",
+    TrialVerdict.REJECTED: "yellow",
+    TrialVerdict.FAILED: "bold red",
+    TrialVerdict.SKIPPED: "dim",
+}
+_TITLES = {
+    "precision": "Precision (data on the GPU; per rank)",
+    "batch": "Batch size (real steps; per rank)",
+    "loader": "DataLoader (real loader; per rank)",
+    "scaler": "GradScaler (fp16)",
+    "ddp": "DDP (slowest rank)",
+    "script:precision": "Precision switches (fresh run of the script each)",
+    "script:loader": "DataLoader (fresh run of the script each)",
+    "script:result": "Result",
+}
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:,.0f}{unit}"
+    if abs(value) >= 10:
+        return f"{value:.1f}{unit}"
+    return f"{value:.2f}{unit}"
+
+
+def _mem(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**30:.2f} GiB"
+
+
+def _verdict(trial: Trial) -> Text:
+    text = Text(trial.verdict.value, style=_STYLE[trial.verdict])
+    if trial.reason:
+        text.append(f" {trial.reason}", style="dim")
+    if trial.skipped_steps is not None:
+        text.append(f" skipped {trial.skipped_steps}", style="")
+    return text
+
+
+def trial_line(trial: Trial) -> str:
+    """One line per finished trial, for the live progress display."""
+    rate = f"{_num(trial.samples_per_s)} samples/s" if trial.samples_per_s else trial.verdict.value
+    tail = f" ({trial.reason})" if trial.reason and trial.verdict is not TrialVerdict.OK else ""
+    return f"{trial.knob:<10} {trial.setting:<44} {rate}{tail}"
+
+
+def knob_table(knob: KnobResult) -> Table:
+    """One knob's trials; the winner's row is marked with ``*``."""
+    table = Table(title=_TITLES.get(knob.knob, knob.knob), box=box.SIMPLE_HEAD, title_justify="left",
+                  show_edge=False)
+    table.add_column("", width=1)
+    table.add_column("setting", min_width=min(40, max((len(t.setting) for t in knob.trials), default=10)))
+    table.add_column("samples/s", justify="right")
+    table.add_column("step ms", justify="right")
+    table.add_column("data wait ms", justify="right")
+    table.add_column("peak mem", justify="right")
+    table.add_column("verdict")
+    marked = False
+    for trial in knob.trials:
+        win = not marked and knob.winner is not None and trial.setting == knob.winner
+        marked = marked or win
+        table.add_row("*" if win else "", trial.setting, _num(trial.samples_per_s), _num(trial.step_ms),
+                      _num(trial.data_wait_ms), _mem(trial.peak_mem_bytes), _verdict(trial),
+                      style="bold" if win else None)
+    return table
+
+
+def _knob_block(knob: KnobResult) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    if knob.trials:
+        parts.append(knob_table(knob))
+    else:
+        parts.append(Text(_TITLES.get(knob.knob, knob.knob), style="italic"))
+    head = Text("  winner: " if knob.winner else "  result: ", style="bold")
+    head.append(knob.summary or "none")
+    parts.append(head)
+    for note in knob.notes:
+        parts.append(Text(f"  - {note}"))
+    parts.append(Text(""))
+    return parts
+
+
+def render_tune(result: TuneResult) -> Group:
+    """The whole run: a block per knob, then the outputs."""
+    parts: list[RenderableType] = [
+        Text(f"gpudoctor tune: {result.target} on {result.device}"
+             + (f", {result.world_size} ranks agreeing" if result.world_size > 1 else "")
+             + f" — {sum(len(k.trials) for k in result.knobs)} trials in {result.elapsed_s:.0f} s", style="bold"),
+        Text(""),
+    ]
+    for knob in result.knobs:
+        parts.extend(_knob_block(knob))
+    if result.interrupted:
+        parts.append(Text("interrupted (Ctrl-C): the trials above finished; the knobs after it were not tuned",
+                          style="yellow"))
+    if result.config_path:
+        parts.append(Text(f"engine config written: {result.config_path}  (TrainConfig.from_file)"))
+    if result.loader_path:
+        parts.append(Text(f"loader settings written: {result.loader_path}  (LoaderSettings.from_file)"))
+    return Group(*parts)

@@ -1,0 +1,48 @@
+"""``gpudoctor.train``: the training engine with every fix applied, and its building blocks.
+
+``Trainer(model, optimizer, loss_fn, config=TrainConfig(...)).fit(loader, epochs=..., val_loader=...)``;
+the pieces (``move_to_device``, ``fast_loader``, ``CudaPrefetcher``, ``GpuLoader``, ``Precision``,
+checkpoint I/O) also work in a hand-written loop. See ``docs/train.md``.
+"""
+
+from gpudoctor.train import presets
+from gpudoctor.train.config import (
+    CheckpointConfig,
+    LogConfig,
+    ParallelConfig,
+    PerfConfig,
+    PrecisionConfig,
+    RobustConfig,
+    TrainConfig,
+)
+from gpudoctor.train.data import ResumableSampler, fast_loader, move_to_device
+from gpudoctor.train.events import JsonlObserver, Observer
+from gpudoctor.train.gpu_loader import NO_AUGMENT, GpuAugment, GpuLoader
+from gpudoctor.train.loop import NonFiniteLossError, Trainer
+from gpudoctor.train.metrics import FitResult
+from gpudoctor.train.precision import Precision
+from gpudoctor.train.prefetch import CudaPrefetcher
+
+__all__ = [
+    "NO_AUGMENT",
+    "CheckpointConfig",
+    "CudaPrefetcher",
+    "FitResult",
+    "GpuAugment",
+    "GpuLoader",
+    "JsonlObserver",
+    "LogConfig",
+    "NonFiniteLossError",
+    "Observer",
+    "ParallelConfig",
+    "PerfConfig",
+    "Precision",
+    "PrecisionConfig",
+    "ResumableSampler",
+    "RobustConfig",
+    "TrainConfig",
+    "Trainer",
+    "fast_loader",
+    "move_to_device",
+    "presets",
+]

@@ -1,0 +1,322 @@
+"""The engine's configuration: a tree of frozen, keyword-only dataclasses validated on creation.
+
+Every ``ValueError`` says what to change. ``TrainConfig.from_file`` reads TOML or JSON (sections
+named after the fields below); ``to_file`` writes the same shape back, so a config that ``gpudoctor
+tune`` wrote can be read by the engine and a run's config can be stored next to its records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_FROZEN = dict(frozen=True, kw_only=True, slots=True)
+
+
+def _choice(name: str, value: object, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise ValueError(f"{name}={value!r} is not valid; use one of: {', '.join(options)}")
+
+
+def _positive(name: str, value: float | int | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive number")
+
+
+@dataclasses.dataclass(**_FROZEN)
+class PrecisionConfig:
+    """Numeric precision of the forward and backward passes.
+
+    Attributes:
+        dtype: ``auto`` (bf16 on a GPU that has it, else fp32), ``fp32``, ``tf32`` (fp32 weights,
+            TF32 matmuls), ``bf16`` (autocast), ``fp16`` (autocast + GradScaler).
+        grad_clip_norm: clip the global gradient norm to this value (after unscaling); ``None``: off.
+        init_scale: GradScaler's first scale (fp16 only).
+        growth_interval: steps without inf/NaN before the scale grows (fp16 only).
+    """
+
+    dtype: Literal["auto", "fp32", "tf32", "bf16", "fp16"] = "auto"
+    grad_clip_norm: float | None = None
+    init_scale: float = 2.0**16
+    growth_interval: int = 2000
+
+    def __post_init__(self) -> None:
+        _choice("precision.dtype", self.dtype, ("auto", "fp32", "tf32", "bf16", "fp16"))
+        _positive("precision.grad_clip_norm", self.grad_clip_norm, allow_none=True)
+        _positive("precision.init_scale", self.init_scale)
+        _positive("precision.growth_interval", self.growth_interval)
+
+
+@dataclasses.dataclass(**_FROZEN)
+class ParallelConfig:
+    """How the model is spread over the ranks torchrun started.
+
+    Attributes:
+        strategy: ``auto`` (DDP when WORLD_SIZE > 1, else none), ``none``, ``ddp`` or ``fsdp`` (FSDP2).
+        bucket_cap_mb: DDP gradient bucket size.
+        gradient_as_bucket_view: DDP gradients alias the buckets (saves one gradient copy).
+        static_graph: DDP static graph (safe when the same parameters are used every step).
+        find_unused_parameters: DDP search for unused parameters each step (slow; only if needed).
+        fsdp_shard_modules: class names of the submodules to shard one by one with FSDP2
+            (e.g. ``("Block",)``); the root is always sharded.
+        timeout_s: collective timeout; a hung rank fails after this instead of hanging forever.
+    """
+
+    strategy: Literal["auto", "none", "ddp", "fsdp"] = "auto"
+    bucket_cap_mb: float = 25.0
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+    find_unused_parameters: bool = False
+    fsdp_shard_modules: tuple[str, ...] = ()
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _choice("parallel.strategy", self.strategy, ("auto", "none", "ddp", "fsdp"))
+        _positive("parallel.bucket_cap_mb", self.bucket_cap_mb)
+        _positive("parallel.timeout_s", self.timeout_s)
+        if self.static_graph and self.find_unused_parameters:
+            raise ValueError(
+                "parallel.static_graph and parallel.find_unused_parameters are both set; "
+                "static_graph already handles unused parameters — keep only static_graph"
+            )
+
+
+@dataclasses.dataclass(**_FROZEN)
+class PerfConfig:
+    """Speed switches that do not change the maths (beyond float rounding).
+
+    Attributes:
+        compile: wrap the model in ``torch.compile``.
+        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``, ``max-autotune``).
+        channels_last: store 4-D activations and weights NHWC (convolution nets on tensor cores).
+        cudnn_benchmark: let cuDNN pick the fastest convolution algorithm per input shape.
+        activation_checkpointing: class names of submodules to recompute in the backward pass
+            (``use_reentrant=False``), trading compute for activation memory.
+    """
+
+    compile: bool = False
+    compile_mode: str = "default"
+    channels_last: bool = False
+    cudnn_benchmark: bool = True
+    activation_checkpointing: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _choice("perf.compile_mode", self.compile_mode, ("default", "reduce-overhead", "max-autotune",
+                                                          "max-autotune-no-cudagraphs"))
+
+
+@dataclasses.dataclass(**_FROZEN)
+class CheckpointConfig:
+    """Where and how often to save, and whether to resume.
+
+    Attributes:
+        dir: folder for checkpoints; ``None`` disables saving and resuming.
+        every_steps: save every this many optimizer steps (and always at the end of ``fit``).
+        keep_last: how many checkpoints to keep; older ones are deleted after a save succeeds.
+        resume: ``auto`` (resume from the newest checkpoint in ``dir`` if there is one — what
+            makes ``torchrun --max-restarts`` restarts continue by themselves) or ``never``.
+    """
+
+    dir: str | None = None
+    every_steps: int | None = None
+    keep_last: int = 3
+    resume: Literal["auto", "never"] = "auto"
+
+    def __post_init__(self) -> None:
+        _positive("checkpoint.every_steps", self.every_steps, allow_none=True)
+        _positive("checkpoint.keep_last", self.keep_last)
+        _choice("checkpoint.resume", self.resume, ("auto", "never"))
+        if self.every_steps is not None and self.dir is None:
+            raise ValueError("checkpoint.every_steps is set but checkpoint.dir is not; set dir to a folder")
+
+
+@dataclasses.dataclass(**_FROZEN)
+class RobustConfig:
+    """What to do when a step runs out of memory or produces a non-finite loss.
+
+    Attributes:
+        oom_recover: on ``torch.OutOfMemoryError`` free memory, halve the micro-batch (keeping the
+            effective batch by accumulation) and retry. ``None`` (auto): on for one process; under
+            torchrun it costs one tiny all-reduce and host sync per step, so it must be asked for.
+        min_micro_batch: give up (re-raise) rather than go below this many samples per micro-step.
+        nonfinite: ``stop`` (checked lazily, no added sync: stops within two steps, before any
+            checkpoint is written), ``skip`` (checked before each optimizer step: one host sync per
+            step) or ``off``.
+        max_skips: with ``skip``, stop after this many consecutive skipped steps.
+    """
+
+    oom_recover: bool | None = None
+    min_micro_batch: int = 1
+    nonfinite: Literal["stop", "skip", "off"] = "stop"
+    max_skips: int = 10
+
+    def __post_init__(self) -> None:
+        _positive("robust.min_micro_batch", self.min_micro_batch)
+        _choice("robust.nonfinite", self.nonfinite, ("stop", "skip", "off"))
+        _positive("robust.max_skips", self.max_skips)
+
+
+@dataclasses.dataclass(**_FROZEN)
+class LogConfig:
+    """Progress output and metrics.
+
+    Attributes:
+        every_steps: reduce metrics across ranks and refresh the progress bar this often.
+        progress_bar: show a rich progress bar on rank 0.
+        flops_per_sample: forward+backward FLOPs of one sample; ``None``: counted once on the
+            GPU with ``FlopCounterMode`` (MFU is reported only where the GPU's peak is known).
+    """
+
+    every_steps: int = 50
+    progress_bar: bool = True
+    flops_per_sample: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive("log.every_steps", self.every_steps)
+        _positive("log.flops_per_sample", self.flops_per_sample, allow_none=True)
+
+
+@dataclasses.dataclass(**_FROZEN)
+class TrainConfig:
+    """Everything ``Trainer`` needs besides the model, optimizer, loss and data.
+
+    Attributes:
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (see ``core.device.select_device``).
+        batch_size: per-device batch, used when ``fit`` is given a Dataset instead of a loader.
+        grad_accum_steps: loader batches per optimizer step (per rank).
+        max_steps: stop after this many optimizer steps in total (``None``: run all epochs).
+        seed: seed for torch/python RNGs at the start of ``fit`` (``None``: leave them alone).
+        lr_scaling: scale the optimizer's learning rates by the effective global batch over
+            ``base_batch_size``: ``none``, ``linear`` or ``sqrt``.
+        base_batch_size: the batch size the learning rates were tuned for (needed for scaling).
+    """
+
+    device: str = "auto"
+    batch_size: int | None = None
+    grad_accum_steps: int = 1
+    max_steps: int | None = None
+    seed: int | None = 0
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+    base_batch_size: int | None = None
+    precision: PrecisionConfig = dataclasses.field(default_factory=PrecisionConfig)
+    parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    perf: PerfConfig = dataclasses.field(default_factory=PerfConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    robust: RobustConfig = dataclasses.field(default_factory=RobustConfig)
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        _positive("grad_accum_steps", self.grad_accum_steps)
+        _positive("batch_size", self.batch_size, allow_none=True)
+        _positive("max_steps", self.max_steps, allow_none=True)
+        _choice("lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
+        if self.lr_scaling != "none" and self.base_batch_size is None:
+            raise ValueError(
+                f"lr_scaling={self.lr_scaling!r} needs base_batch_size: the global batch size the "
+                "learning rate was tuned for"
+            )
+        _positive("base_batch_size", self.base_batch_size, allow_none=True)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Build from nested plain data; unknown keys raise ``ValueError`` listing the valid ones."""
+        return _build(cls, data, "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TrainConfig:
+        """Read a ``.toml`` or ``.json`` file."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".toml":
+            return cls.from_dict(tomllib.loads(text))
+        if path.suffix == ".json":
+            return cls.from_dict(json.loads(text))
+        raise ValueError(f"{path}: config files must end in .toml or .json")
+
+    def to_file(self, path: str | Path) -> None:
+        """Write a ``.toml`` or ``.json`` file that ``from_file`` reads back to an equal config."""
+        path = Path(path)
+        if path.suffix == ".json":
+            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        elif path.suffix == ".toml":
+            text = _to_toml(self.to_dict())
+            if TrainConfig.from_dict(tomllib.loads(text)) != self:  # TOML cannot say "None"
+                raise ValueError(f"{path}: this config has a None TOML cannot hold; save it as .json")
+            path.write_text(text, encoding="utf-8")
+        else:
+            raise ValueError(f"{path}: config files must end in .toml or .json")
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return list(obj)
+    return obj
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a table/mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown setting(s) {', '.join(prefix + u for u in unknown)}; "
+            f"valid here: {', '.join(sorted(names))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, f"{prefix}{name}.")
+        elif typing.get_origin(hint) is tuple:
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write {value!r} to TOML")
+
+
+def _to_toml(data: dict[str, Any]) -> str:
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif value is not None:  # TOML has no null: an absent key means the default, None
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append(f"\n[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,124 @@
+"""Parallelism policy: none, DDP or FSDP2 over the ranks torchrun started.
+
+Order of setup (seed 002 §3.4): ``set_device`` -> ``init_process_group(device_id=..., timeout=...)``
+-> ``model.to(device)`` -> wrap. Gradient accumulation turns gradient sync off on the non-final
+micro-steps (``no_sync`` for DDP, ``set_requires_gradient_sync`` for FSDP2): syncing every micro-step
+costs more than 2x with accumulation (Accelerate's docs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gpudoctor.core.dist import DistEnv, init_distributed
+from gpudoctor.train.config import ParallelConfig
+
+
+def resolve_strategy(config: ParallelConfig, env: DistEnv) -> str:
+    """``auto`` -> ``ddp`` under torchrun with more than one rank, else ``none``."""
+    if config.strategy == "auto":
+        return "ddp" if env.is_distributed else "none"
+    if config.strategy in ("ddp", "fsdp") and not env.is_distributed:
+        return "none"  # one process: wrapping would only add overhead
+    return config.strategy
+
+
+class Parallel:
+    """Wraps the model and answers the loop's few distributed questions.
+
+    Example::
+
+        parallel = Parallel(ParallelConfig(), dist_env(), device)   # joins the process group
+        model = parallel.wrap(model)
+        with parallel.no_sync(model, last_micro_step=False):
+            loss.backward()
+    """
+
+    def __init__(self, config: ParallelConfig, env: DistEnv, device: torch.device) -> None:
+        self.config = config
+        self.env = env
+        self.device = device
+        self.strategy = resolve_strategy(config, env)
+        init_distributed(env, device, timeout_s=config.timeout_s)  # set_device first, then the group
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size if self.strategy != "none" else 1
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Move ``model`` to the device and wrap it for the strategy."""
+        model = model.to(self.device)
+        if self.strategy == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            return DDP(
+                model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                bucket_cap_mb=self.config.bucket_cap_mb,
+                gradient_as_bucket_view=self.config.gradient_as_bucket_view,
+                static_graph=self.config.static_graph,
+                find_unused_parameters=self.config.find_unused_parameters,
+            )
+        if self.strategy == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            names = set(self.config.fsdp_shard_modules)
+            for module in list(model.modules())[1:]:
+                if type(module).__name__ in names:
+                    fully_shard(module)
+            fully_shard(model)
+        return model
+
+    def no_sync(self, model: torch.nn.Module, *, last_micro_step: bool) -> contextlib.AbstractContextManager:
+        """A context for one micro-step's backward: gradient sync only on the last micro-step."""
+        if last_micro_step or self.strategy == "none":
+            if self.strategy == "fsdp":
+                model.set_requires_gradient_sync(True)
+            return contextlib.nullcontext()
+        if self.strategy == "ddp":
+            return model.no_sync()
+        model.set_requires_gradient_sync(False)  # FSDP2: reduce-scatter only on the last micro-step
+        return contextlib.nullcontext()
+
+    def all_reduce_max(self, value: int) -> int:
+        """The largest ``value`` over all ranks (a collective and a host sync point)."""
+        if self.world_size == 1:
+            return value
+        flag = torch.tensor([value], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+    def mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Average a tensor over the ranks (a collective; no host sync by itself)."""
+        if self.world_size == 1:
+            return tensor
+        tensor = tensor.clone()
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor / self.world_size
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (a collective)."""
+        if not dist.is_initialized():
+            return [obj]
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module under ``torch.compile`` (``_orig_mod``) and DDP (``module``) wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model

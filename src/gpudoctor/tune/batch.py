@@ -1,0 +1,163 @@
+"""The batch knob: the largest per-device batch that fits, and the throughput at every size tried.
+
+Grow then bisect (:func:`~gpudoctor.tune.search.grow_then_bisect`) on real training steps
+(forward, backward, optimizer step: the optimizer state exists only after the first step, and it
+is often what tips a batch over), then keep a safety margin. The evaluation pass is probed on its
+own, after the training search (an eval OOM must not shrink the train batch: accelerate #1934;
+an OOM in the eval probe must not corrupt the train result: Lightning #18985). The search is capped
+by the dataset (a batch larger than a rank's shard never runs), by host RAM (batches in flight in
+the loader: Lightning #11295) and by 65535 (larger batches hit CUDA launch-dimension limits,
+pytorch #142228, which are errors, not OOMs). Under torchrun each rank searches on its own GPU and
+the ranks take the smallest result (all-reduce MIN). The chosen batch is then run once more with
+more steps: that verifies it and measures the GPU's consumption rate the loader knob aims for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpudoctor.records.tune import KnobResult, TrialVerdict
+from gpudoctor.tune.search import grow_then_bisect, knee
+from gpudoctor.tune.session import BudgetSpent, TuneContext
+
+LAUNCH_DIM_CAP = 65535
+_RAM_FRACTION = 0.25  # of the available host RAM the loader's in-flight batches may take
+
+
+def sample_bytes(pool: Any) -> int:
+    """Host bytes of one collated sample (from the pool the trials draw from)."""
+    import torch
+
+    total = 0
+
+    def walk(x: Any) -> None:
+        nonlocal total
+        if isinstance(x, torch.Tensor):
+            total += x.element_size() * x.numel()
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(pool.data)
+    return max(1, total // max(pool.size, 1))
+
+
+def caps(ctx: TuneContext) -> tuple[int, list[str]]:
+    """The largest batch worth trying, and a note for each cap that applies."""
+    import psutil
+
+    from gpudoctor.train.data import default_num_workers
+
+    notes: list[str] = []
+    shard = len(ctx.target.train_dataset) // ctx.world_size
+    limits = {"dataset": shard, "launch": LAUNCH_DIM_CAP}
+    workers = ctx.loader.num_workers if ctx.loader.num_workers is not None else default_num_workers()
+    in_flight = workers * ctx.loader.prefetch_factor + 2  # worker queues + the batch in use + the one copied
+    per_sample = sample_bytes(ctx.runner.pools()["train"])
+    limits["ram"] = int(psutil.virtual_memory().available * _RAM_FRACTION / (per_sample * in_flight))
+    if ctx.options.max_batch is not None:
+        limits["max"] = ctx.options.max_batch
+    cap = max(1, min(limits.values()))
+    words = {
+        "dataset": f"the dataset shard per rank ({shard} samples)",
+        "launch": f"{LAUNCH_DIM_CAP} (CUDA launch-dimension limit)",
+        "ram": f"host RAM ({in_flight} batches of {per_sample} B/sample in flight may take "
+               f"{int(_RAM_FRACTION * 100)}% of the available memory)",
+        "max": f"--max-batch {ctx.options.max_batch}",
+    }
+    for name, value in limits.items():
+        if value == cap:
+            notes.append(f"search capped at {cap} by {words[name]}")
+    return cap, notes
+
+
+def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tuple[int, float]]):
+    """Run the boundary search with one trial per probe; ``points`` gets (size, samples/s)."""
+    knob = "batch" if mode == "train" else "eval_batch"
+    steps = max(2, min(ctx.options.steps, 4))  # memory only needs a few real steps
+
+    # Probes run eager: with torch.compile every new batch size would recompile (minutes over a
+    # search), and a compiled step needs no more memory than the eager one. The chosen batch is
+    # then checked with the real configuration, compile included.
+    eager = ctx.config.replace(perf=dataclasses.replace(ctx.config.perf, compile=False))
+
+    def fits(size: int) -> bool:
+        trial = ctx.run(ctx.spec(knob, f"{'batch' if mode == 'train' else 'eval batch'}={size}",
+                                 {"batch_size" if mode == "train" else "eval_batch_size": size}, mode=mode,
+                                 batch_size=size, warmup=2, steps=steps, config=eager))
+        if trial.verdict is TrialVerdict.OK and trial.samples_per_s:
+            points.append((size, trial.samples_per_s))
+        return trial.verdict in (TrialVerdict.OK, TrialVerdict.REJECTED)  # a NaN loss still fit in memory
+
+    return grow_then_bisect(fits, start=start, cap=cap, margin=ctx.options.margin)
+
+
+def tune_batch(ctx: TuneContext) -> KnobResult:
+    """Find and agree the per-device train batch (and eval batch); update ``ctx``."""
+    first = len(ctx.trials)
+    cap, notes = caps(ctx)
+    points: list[tuple[int, float]] = []
+    start = min(16, cap)
+    try:
+        found = _search(ctx, "train", start, cap, points)
+    except BudgetSpent:
+        best = max((s for s, _ in points), default=None)
+        if best is None:
+            raise
+        notes.append("time budget spent during the search: the largest batch measured so far is used")
+        found = None
+    if found is None:
+        chosen = max(1, int(best * (1 - ctx.options.margin)))
+        largest = best
+    elif found.largest_fit is None:
+        return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), notes=tuple(notes),
+                          summary=f"not even a batch of {start} fits: shrink the model's memory (bf16, "
+                                  "activation checkpointing, FSDP) before tuning the batch")
+    else:
+        chosen, largest = found.chosen, found.largest_fit
+        if found.capped:
+            notes.append(f"memory did not run out up to the cap ({cap}); no margin applied")
+        else:
+            notes.append(f"largest batch that fit: {found.largest_fit}; first that did not: {found.smallest_fail}; "
+                         f"margin {ctx.options.margin:.0%} -> {found.chosen}")
+    per_rank = ctx.gather(chosen)
+    chosen = ctx.agree_min(chosen)
+    if ctx.world_size > 1:
+        notes.append(f"ranks found {per_rank}; all use the smallest, {chosen} (all-reduce MIN)")
+    flat = knee(points, tolerance=0.05)
+    if flat is not None:
+        best_size, best_rate = max(points, key=lambda p: p[1])
+        notes.append(f"throughput flattens at batch {flat} (within 5% of the best, {best_rate:,.0f} samples/s at "
+                     f"batch {best_size}); larger batches buy memory use, not speed")
+    ctx.config = ctx.config.replace(batch_size=chosen)
+
+    # The eval pass on its own: no gradients, so it usually fits a larger batch.
+    eval_note = ""
+    if ctx.target.eval_dataset is not None and not ctx.out_of_time():
+        eval_cap = max(1, min(len(ctx.target.eval_dataset) // ctx.world_size, LAUNCH_DIM_CAP,
+                              ctx.options.max_batch or LAUNCH_DIM_CAP))
+        try:
+            ev = _search(ctx, "eval", min(chosen, eval_cap), eval_cap, [])
+            eval_chosen = ctx.agree_min(ev.chosen or 0)
+            if eval_chosen:
+                ctx.loader = ctx.loader.replace(eval_batch_size=eval_chosen)
+                eval_note = f"; eval batch {eval_chosen}"
+        except BudgetSpent:
+            notes.append("time budget spent before the eval batch was probed; eval uses the train batch")
+
+    # Verify the winner with more steps; its rate is the GPU's consumption rate.
+    verify = ctx.run(ctx.spec("batch", f"batch={chosen} (chosen)", {"batch_size": chosen}, batch_size=chosen))
+    if verify.verdict is TrialVerdict.OK:
+        ctx.consumption_rate = verify.samples_per_s
+    else:
+        notes.append(f"the chosen batch failed its check run ({verify.verdict.value}: {verify.reason}); "
+                     "lower --margin's result by hand or rerun with --isolate")
+    return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), winner=verify.setting,
+                      params={"batch_size": chosen, **({"eval_batch_size": ctx.loader.eval_batch_size}
+                                                       if eval_note else {})},
+                      summary=f"per-device batch {chosen} (largest that fit: {largest}){eval_note}",
+                      notes=tuple(notes))

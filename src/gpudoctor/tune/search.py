@@ -1,0 +1,145 @@
+"""Search strategies, pure: they call the objective they are given and never touch a GPU.
+
+* :func:`grow_then_bisect` finds the largest size for which ``fits(size)`` holds (the OOM
+  boundary): double until a size fails or the cap is reached, then bisect between the last size
+  that fit and the first that failed, then step back by a safety margin. Every probe is a real
+  trial, so a boundary that is not monotone (cuDNN workspaces, fragmentation) is still bracketed.
+* :func:`grid` lists every combination of a few axes, cheapest first.
+* :func:`pick_cheapest` chooses among measured settings without chasing noise: the first (cheapest)
+  setting whose throughput is within ``tolerance`` of the best one.
+* :func:`knee` says where a throughput curve flattens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Probe:
+    """One call of the objective: ``size`` and whether it fit."""
+
+    size: int
+    fits: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BoundarySearch:
+    """What :func:`grow_then_bisect` found.
+
+    Attributes:
+        largest_fit: the largest size that fit (``None``: not even ``start`` fit).
+        smallest_fail: the smallest size that failed (``None``: the cap was reached first).
+        chosen: ``largest_fit`` minus the margin (the cap itself when the cap was reached).
+        probes: every probe, in order.
+        capped: the cap, not memory, ended the growth.
+    """
+
+    largest_fit: int | None
+    smallest_fail: int | None
+    chosen: int | None
+    probes: tuple[Probe, ...]
+    capped: bool
+
+
+def grow_then_bisect(fits: Callable[[int], bool], *, start: int = 1, cap: int, margin: float = 0.05,
+                     factor: float = 2.0, resolution: float = 0.01,
+                     max_probes: int = 40) -> BoundarySearch:
+    """Find the largest ``size`` in ``[start, cap]`` with ``fits(size)`` true.
+
+    Args:
+        fits: the objective (a real trial: does a training step at this size succeed?).
+        start: the first size tried.
+        cap: never try more than this (dataset size, host RAM, a user maximum).
+        margin: the chosen size is ``floor(largest_fit * (1 - margin))``: headroom for the
+            fragmentation a long run builds up (Lightning #8028 found sizes that later OOMed).
+        factor: growth factor while everything fits.
+        resolution: stop bisecting when the bracket is narrower than this fraction of the size.
+        max_probes: a hard limit on calls of ``fits``.
+
+    Raises:
+        ValueError: a bad argument, with what to pass instead.
+    """
+    if start < 1 or cap < start:
+        raise ValueError(f"need 1 <= start <= cap, got start={start}, cap={cap}")
+    if not 0 <= margin < 1:
+        raise ValueError(f"margin={margin} must be in [0, 1); e.g. 0.05 keeps 5% headroom")
+    if factor <= 1:
+        raise ValueError(f"factor={factor} must be > 1 (the growth factor, e.g. 2)")
+    probes: list[Probe] = []
+
+    def probe(size: int) -> bool:
+        ok = bool(fits(size))
+        probes.append(Probe(size=size, fits=ok))
+        return ok
+
+    lo: int | None = None
+    hi: int | None = None
+    size = start
+    while len(probes) < max_probes:
+        if probe(size):
+            lo = size
+            if size >= cap:
+                break
+            size = min(cap, max(size + 1, int(size * factor)))
+        else:
+            hi = size
+            break
+    if lo is None:
+        return BoundarySearch(largest_fit=None, smallest_fail=hi, chosen=None, probes=tuple(probes), capped=False)
+    if hi is None:
+        capped = lo >= cap
+        return BoundarySearch(largest_fit=lo, smallest_fail=None, chosen=lo if capped else _with_margin(lo, margin),
+                              probes=tuple(probes), capped=capped)
+    while hi - lo > max(1, math.floor(lo * resolution)) and len(probes) < max_probes:
+        mid = (lo + hi) // 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return BoundarySearch(largest_fit=lo, smallest_fail=hi, chosen=_with_margin(lo, margin),
+                          probes=tuple(probes), capped=False)
+
+
+def _with_margin(size: int, margin: float) -> int:
+    return max(1, math.floor(size * (1.0 - margin)))
+
+
+def grid(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of ``axes`` (``{"num_workers": [0, 2], "pin_memory": [False, True]}``),
+    in the order the values are listed: list the cheapest value of each axis first."""
+    names = list(axes)
+    return [dict(zip(names, values)) for values in itertools.product(*(axes[n] for n in names))]
+
+
+def pick_cheapest(throughputs: Sequence[float | None], *, tolerance: float = 0.03) -> int | None:
+    """The index of the first (cheapest) setting within ``tolerance`` of the best throughput.
+
+    ``throughputs`` are in cost order (cheapest first); ``None`` marks a setting that failed or was
+    rejected. Differences inside the tolerance are treated as measurement noise, so an extra
+    worker process or a riskier precision is only chosen when it is really faster.
+    """
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
+    valid = [t for t in throughputs if t is not None and t > 0]
+    if not valid:
+        return None
+    best = max(valid)
+    for i, t in enumerate(throughputs):
+        if t is not None and t >= best * (1.0 - tolerance):
+            return i
+    return None  # pragma: no cover - the best itself always qualifies
+
+
+def knee(points: Sequence[tuple[int, float]], *, tolerance: float = 0.05) -> int | None:
+    """The smallest size whose throughput is within ``tolerance`` of the best one: where the
+    throughput-per-batch curve flattens (larger batches beyond it buy little speed)."""
+    valid = sorted((s, t) for s, t in points if t is not None and t > 0)
+    if not valid:
+        return None
+    best = max(t for _, t in valid)
+    return next(s for s, t in valid if t >= best * (1.0 - tolerance))

@@ -1,0 +1,249 @@
+"""The tuning session: the knobs in order, the time budget, rank agreement and Ctrl-C.
+
+``tune(["all"], target_ref="mytrain:target")`` runs precision -> batch -> loader -> scaler -> ddp
+(each knob starts from what the previous ones chose), and returns a :class:`TuneResult` holding
+every trial. Ctrl-C ends the session at once and keeps the trials finished so far. Under
+torchrun every rank runs the per-rank trials on its own GPU; the batch is agreed by an all-reduce
+MIN (the smallest GPU decides), the other knobs by rank 0's choice, so every rank writes and
+trains with the same settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
+from gpudoctor.tune.target import LoaderSettings, TuneTarget, load_target, write_outputs
+from gpudoctor.tune.trials import TrialRunner, TrialSpec
+
+KNOBS = ("precision", "batch", "loader", "scaler", "ddp")
+
+
+class BudgetSpent(Exception):
+    """The session's time budget ran out; the knob keeps what it measured."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TuneOptions:
+    """How hard to search.
+
+    Attributes:
+        max_batch: never try a per-device batch above this (``None``: dataset, host RAM and the
+            65535 launch-dimension cap only).
+        margin: safety margin below the largest batch that fit (0.05 = 5% headroom).
+        budget_s: stop starting new trials after this many seconds (``None``: no limit).
+        warmup: steps before measuring, per trial.
+        steps: measured steps per trial.
+        tolerance: throughput differences below this fraction count as noise (the cheaper
+            setting wins).
+        isolation: ``auto``, ``inline`` or ``process`` (see :class:`TrialRunner`).
+        compile: include the ``torch.compile`` trial (GPU only).
+    """
+
+    max_batch: int | None = None
+    margin: float = 0.05
+    budget_s: float | None = None
+    warmup: int = 3
+    steps: int = 8
+    tolerance: float = 0.03
+    isolation: str = "auto"
+    compile: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_batch is not None and self.max_batch < 1:
+            raise ValueError(f"--max-batch {self.max_batch}: must be at least 1")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"--margin {self.margin}: must be in [0, 1), e.g. 0.05")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise ValueError(f"--budget-s {self.budget_s}: must be > 0 seconds")
+        if self.steps < 2 or self.warmup < 0:
+            raise ValueError("steps must be >= 2 and warmup >= 0")
+
+
+class TuneContext:
+    """What the knobs share: the runner, the settings chosen so far, the budget and the ranks."""
+
+    def __init__(self, target: TuneTarget, runner: TrialRunner, options: TuneOptions, *, device: Any,
+                 rank: int = 0, world_size: int = 1) -> None:
+        self.target, self.runner, self.options = target, runner, options
+        self.config = target.config
+        self.loader: LoaderSettings = target.loader
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.rank, self.world_size = rank, world_size
+        self.started = time.perf_counter()
+        self.consumption_rate: float | None = None  # samples/s per rank with the data already on the GPU
+        self.flops_per_sample: float | None = None
+        self.trials: list[Trial] = []
+        self.on_trial: Callable[[Trial], None] = lambda trial: None
+
+    # -- budget
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def out_of_time(self) -> bool:
+        budget = self.options.budget_s
+        spent = budget is not None and self.elapsed() >= budget
+        return bool(self.agree(spent)) if self.world_size > 1 else spent
+
+    # -- trials
+    @property
+    def batch_size(self) -> int:
+        size = self.config.batch_size or 32
+        return max(1, min(size, len(self.target.train_dataset) // self.world_size))
+
+    def trial_config(self, config: Any = None, *, strategy: str = "none") -> dict[str, Any]:
+        """The config a trial runs: no OOM recovery (an OOM must surface), stop on a NaN loss, no
+        checkpoints, no progress bar, one process per GPU unless DDP is what is measured."""
+        from gpudoctor.train.config import CheckpointConfig, LogConfig, RobustConfig
+
+        cfg = config or self.config
+        cfg = cfg.replace(
+            robust=RobustConfig(oom_recover=False, nonfinite=cfg.robust.nonfinite if cfg.robust.nonfinite != "skip"
+                                else "stop"),
+            checkpoint=CheckpointConfig(),
+            log=LogConfig(progress_bar=False, every_steps=10_000, flops_per_sample=self.flops_per_sample),
+            parallel=dataclasses.replace(cfg.parallel, strategy=strategy),
+            lr_scaling="none",
+        )
+        return cfg.to_dict()
+
+    def spec(self, knob: str, setting: str, params: dict[str, Any], *, config: Any = None, mode: str = "train",
+             batch_size: int | None = None, loader: LoaderSettings | None = None, strategy: str = "none",
+             warmup: int | None = None, steps: int | None = None, comm_hook: str | None = None) -> TrialSpec:
+        return TrialSpec(knob=knob, setting=setting, params=params, config=self.trial_config(config, strategy=strategy),
+                         loader=(loader or self.loader).to_dict(), mode=mode,
+                         batch_size=batch_size or self.batch_size,
+                         warmup=self.options.warmup if warmup is None else warmup,
+                         steps=self.options.steps if steps is None else steps, comm_hook=comm_hook)
+
+    def run(self, spec: TrialSpec) -> Trial:
+        """Run one trial (raises :class:`BudgetSpent` instead when the budget is gone).
+
+        Under torchrun the budget is checked only between knobs (an agreed decision): ranks search
+        on their own here, and one rank leaving a knob early would mismatch the collectives."""
+        if self.world_size == 1 and self.out_of_time():
+            raise BudgetSpent()
+        trial = self.runner.run(spec)
+        self.trials.append(trial)
+        self.on_trial(trial)
+        return trial
+
+    def skip(self, knob: str, setting: str, params: dict[str, Any], reason: str) -> Trial:
+        trial = Trial(knob=knob, setting=setting, params=params, verdict=TrialVerdict.SKIPPED, reason=reason)
+        self.trials.append(trial)
+        self.on_trial(trial)
+        return trial
+
+    # -- ranks
+    def agree(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (a collective; identity for one process)."""
+        if self.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def agree_min(self, value: int) -> int:
+        """The smallest ``value`` over the ranks (all-reduce MIN: a collective and a host sync)."""
+        if self.world_size == 1:
+            return value
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.int64, device=self.device if self.cuda else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())  # SYNC
+
+    def gather(self, value: Any) -> list[Any]:
+        if self.world_size == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
+
+
+def _count_flops(target: TuneTarget, runner: TrialRunner) -> float | None:
+    """FLOPs of one sample's forward+backward, counted once on a 2-sample CPU batch (so the trials
+    need not count them again at every batch size)."""
+    try:
+        from gpudoctor.train.loop import default_unpack
+        from gpudoctor.train.metrics import count_flops
+
+        model = target.model_factory()
+        inputs, labels = (target.unpack or default_unpack)(runner.pools()["train"].batch(2))
+
+        def step() -> None:
+            target.loss_fn(model(inputs), labels).backward()
+
+        return count_flops(step) / 2 or None
+    except Exception:  # noqa: BLE001 - optional: the engine counts them itself when this fails
+        return None
+
+
+def _device_name(device: Any) -> str:
+    if device.type == "cuda":
+        import torch
+
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
+
+
+def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None, options: TuneOptions | None = None,
+         out: str | Path | None = None, on_trial: Callable[[Trial], None] | None = None,
+         on_knob: Callable[[str], None] | None = None) -> TuneResult:
+    """Tune ``knobs`` (names from :data:`KNOBS`, or ``all``) of the target; write the config to
+    ``out`` (rank 0) and return every trial. Ctrl-C returns the trials finished so far."""
+    from gpudoctor.core.device import select_device
+    from gpudoctor.core.dist import dist_env, init_distributed
+    from gpudoctor.tune import batch, ddp, loader, precision, scaler
+
+    options = options or TuneOptions()
+    order = list(KNOBS) if "all" in knobs else [k for k in KNOBS if k in knobs]
+    target = target or load_target(target_ref)
+    env = dist_env()
+    device = select_device(target.config.device, env)
+    init_distributed(env, device)  # under torchrun: join the group once, before any trial
+    isolation = "inline" if env.world_size > 1 and options.isolation == "auto" else options.isolation
+    runner = TrialRunner(target, target_ref, isolation=isolation)
+    ctx = TuneContext(target, runner, options, device=device, rank=env.rank, world_size=env.world_size)
+    if on_trial is not None:
+        ctx.on_trial = on_trial
+    ctx.flops_per_sample = _count_flops(target, runner) if ctx.cuda else None
+    tuners = {"precision": precision.tune_precision, "batch": batch.tune_batch, "loader": loader.tune_loader,
+              "scaler": scaler.tune_scaler, "ddp": ddp.tune_ddp}
+    results: list[KnobResult] = []
+    interrupted = False
+    for name in order:
+        if on_knob is not None:
+            on_knob(name)
+        first = len(ctx.trials)
+        if ctx.world_size > 1 and ctx.out_of_time():  # agreed: every rank skips the same knobs
+            results.append(KnobResult(knob=name, summary=f"time budget ({options.budget_s:g} s) spent; not tuned"))
+            continue
+        try:
+            results.append(tuners[name](ctx))
+        except BudgetSpent:
+            results.append(KnobResult(knob=name, trials=tuple(ctx.trials[first:]),
+                                      summary=f"time budget ({options.budget_s:g} s) spent before {name} finished; "
+                                              "kept the settings chosen so far"))
+        except KeyboardInterrupt:
+            interrupted = True
+            results.append(KnobResult(knob=name, trials=tuple(ctx.trials[first:]),
+                                      summary="interrupted (Ctrl-C); the trials above finished"))
+            break
+    config_path = loader_path = None
+    if out is not None and ctx.rank == 0:  # after Ctrl-C too: the knobs that finished chose these
+        written = write_outputs(ctx.config, ctx.loader, out)
+        config_path, loader_path = str(written[0]), str(written[1])
+    return TuneResult(target=target_ref, device=_device_name(device), world_size=env.world_size, knobs=tuple(results),
+                      config=ctx.config.to_dict(), loader=ctx.loader.to_dict(), config_path=config_path,
+                      loader_path=loader_path, elapsed_s=ctx.elapsed(), interrupted=interrupted)

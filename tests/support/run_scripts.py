@@ -1,0 +1,103 @@
+"""Tiny training scripts the run tests write into ``tmp_path`` (CPU, a few ms a step)."""
+
+TRAIN = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+loader = DataLoader(ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+for epoch in range(100):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print("END OF SCRIPT", flush=True)
+"""
+
+SLOW_DATA = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+class Slow(Dataset):
+    def __len__(self):
+        return 4096
+    def __getitem__(self, i):
+        time.sleep(0.003)  # per-sample work a worker process can do in parallel
+        return torch.randn(8), torch.randn(1)
+loader = DataLoader(Slow(), batch_size=8, shuffle=True)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+CRASH_AT_IMPORT = """
+import torch
+raise RuntimeError("boom while importing the model")
+"""
+
+NO_STEP = """
+print("setting up forever", flush=True)
+import time, torch
+model = torch.nn.Linear(2, 2)
+time.sleep(120)
+"""
+
+FOREVER = """
+import time, torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.005)
+"""
+
+DDP = """
+import torch, torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+dist.init_process_group("gloo")
+ds = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
+sampler = DistributedSampler(ds)
+loader = DataLoader(ds, batch_size=8, sampler=sampler)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(100):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+dist.destroy_process_group()
+"""
+
+SCALER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=8)
+model = torch.nn.DataParallel(torch.nn.Linear(8, 1))  # on a CPU machine: just the module
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+for epoch in range(100):
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        if epoch == 0 and i >= 4:
+            loss = loss * float("nan")  # from step 4 on: NaN loss, every step skipped
+        for half in (0, 1):  # two micro-batches per optimizer step
+            scaler.scale(loss / 2).backward(retain_graph=half == 0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        torch.cuda.empty_cache()  # the anti-pattern the probes count (a no-op without CUDA)
+"""

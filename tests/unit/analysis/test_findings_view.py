@@ -1,0 +1,61 @@
+"""Golden tests of the terminal findings view (``render_findings``)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from gpudoctor.analysis.diagnose import diagnose
+from gpudoctor.report.findings_view import render_findings
+
+
+def render(run) -> str:
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    console.print(render_findings(run, diagnose(run)))
+    return console.file.getvalue()
+
+
+def test_basic_user_view(build, golden):
+    loader = build.loader(num_workers=0, pin_memory=False, persistent_workers=False,
+                          prefetch_factor=None, batch_size=128, dataset="CifarLike")
+    cfg = build.config(loaders=(loader,), autocast_dtypes=(), tf32_matmul=False,
+                       cudnn_benchmark=False, channels_last=False)
+    steps = build.steps(step_ms=42.0, data_wait_ms=27.3, gpu_ms=11.0, h2d_ms=0.6, host_syncs=1,
+                        samples=128, h2d_bytes=1572864, h2d_pageable_bytes=1572864,
+                        h2d_blocking_copies=2)
+    run = build.run(steps_by_rank={0: steps}, configs={0: cfg},
+                    windows={0: build.window(gpu_busy_frac=0.26, sync_calls=5, sync_ms=4.5)},
+                    gpu=build.gpu_samples(util_gpu_pct=31.0),
+                    command=("python", "-m", "gpudoctor.workloads.basic_user"))
+    golden("analysis/findings_basic_user.txt", render(run))
+
+
+def test_clean_view(build, golden):
+    golden("analysis/findings_clean.txt", render(build.run()))
+
+
+def test_cpu_only_view(build, golden):
+    cpu = build.config(device="cpu", cuda_device_index=None, device_name="", autocast_dtypes=(),
+                       loaders=(build.loader(num_workers=0, pin_memory=False),))
+    steps = build.steps(data_wait_ms=30.0, gpu_ms=None, h2d_ms=None, mem=None, h2d_bytes=0,
+                        h2d_copies=0)
+    run = build.run(steps_by_rank={0: steps}, configs={0: cpu}, windows={}, gpu=[])
+    golden("analysis/findings_cpu_only.txt", render(run))
+
+
+def test_straggler_two_ranks_view(build, golden):
+    run = build.run(
+        steps_by_rank={0: build.steps(rank=0), 1: build.steps(rank=1)},
+        configs={0: build.config(0, world_size=2), 1: build.config(1, world_size=2)},
+        windows={0: build.window(0, nccl_ms=100.0, nccl_overlap_frac=0.0),
+                 1: build.window(1, nccl_ms=10.0, nccl_overlap_frac=0.0)},
+        gpu=build.gpu_samples(index=0, pids=(1000,)) + build.gpu_samples(index=1, pids=(1001,)),
+        world_size=2, command=("torchrun", "--nproc_per_node", "2", "train.py"))
+    golden("analysis/findings_straggler.txt", render(run))
+
+
+def test_crashed_view(build, golden):
+    run = build.run(steps_by_rank={}, windows={}, configs={}, gpu=[], status="crashed",
+                    exit_code=1, error="RuntimeError: CUDA error: out of memory")
+    golden("analysis/findings_crashed.txt", render(run))

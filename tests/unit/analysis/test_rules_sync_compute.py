@@ -1,0 +1,85 @@
+"""Host-sync, launch-overhead and fp32-compute rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudoctor.analysis.diagnose import diagnose
+from gpudoctor.records.finding import Severity
+
+
+def by_code(findings):
+    return {f.code: f for f in findings}
+
+
+def test_host_sync_every_step(build):
+    run = build.run(steps_by_rank={0: build.steps(host_syncs=2)},
+                    windows={0: build.window(gpu_busy_frac=0.6, sync_calls=10, sync_ms=12.0)})
+    f = by_code(diagnose(run))["GD-RUN-HOST-SYNC"]
+    assert f.severity is Severity.WARN
+    assert f.expected_gain == 0.3875  # idle 0.40 - data wait 0.01 - copies 0.0025
+    assert f.evidence[0] == "2 host-device syncs per step (median), rank 0"
+    assert "loss.detach()" in f.fix
+
+
+def test_rare_syncs_or_busy_gpu_are_silent(build):
+    logging_every_20 = build.steps(host_syncs=lambda i: 1 if i % 20 == 0 else 0)
+    run = build.run(steps_by_rank={0: logging_every_20}, windows={0: build.window(gpu_busy_frac=0.6)})
+    assert "GD-RUN-HOST-SYNC" not in by_code(diagnose(run))
+    busy = build.run(steps_by_rank={0: build.steps(host_syncs=1)})  # GPU busy 92%
+    assert "GD-RUN-HOST-SYNC" not in by_code(diagnose(busy))
+
+
+def test_host_sync_needs_a_gpu(build):
+    run = build.run(steps_by_rank={0: build.steps(host_syncs=3, gpu_ms=None, mem=None)},
+                    configs={0: build.config(device="cpu", cuda_device_index=None)}, windows={},
+                    gpu=[])
+    assert "GD-RUN-HOST-SYNC" not in by_code(diagnose(run))
+
+
+def test_launch_bound(build):
+    run = build.run(windows={0: build.window(gpu_busy_frac=0.3, kernel_us_p50=4.0,
+                                             kernels_under_10us_frac=0.8, kernel_count=4000)},
+                    configs={0: build.config(optimizer_fused=False)})
+    f = by_code(diagnose(run))["GD-RUN-LAUNCH-BOUND"]
+    assert f.expected_gain == 0.6875
+    assert f.evidence[0] == "800 kernels per step, median 4.0 us, 80.0% under 10 us"
+    assert "torch.compile" in f.fix and "fused=True" in f.fix
+
+
+def test_launch_bound_yields_to_host_sync(build):
+    run = build.run(steps_by_rank={0: build.steps(host_syncs=1)},
+                    windows={0: build.window(gpu_busy_frac=0.3, kernel_us_p50=4.0,
+                                             kernels_under_10us_frac=0.8)})
+    codes = by_code(diagnose(run))
+    assert "GD-RUN-HOST-SYNC" in codes and "GD-RUN-LAUNCH-BOUND" not in codes
+
+
+def test_large_kernels_are_not_launch_bound(build):
+    run = build.run(windows={0: build.window(gpu_busy_frac=0.3)})  # p50 45 us, 20% under 10 us
+    assert "GD-RUN-LAUNCH-BOUND" not in by_code(diagnose(run))
+
+
+FP32 = dict(autocast_dtypes=(), tf32_matmul=False, tf32_cudnn=True, cudnn_benchmark=False,
+            channels_last=False, float32_matmul_precision="highest")
+
+
+def test_fp32_compute_bound(build):
+    f = by_code(diagnose(build.run(configs={0: build.config(**FP32)})))["GD-RUN-FP32-COMPUTE"]
+    assert f.severity is Severity.WARN
+    assert f.expected_gain == 0.46  # busy 0.92 x (1 - 1/2.0)
+    assert "torch.backends.cudnn.benchmark = True" in f.fix
+    assert "channels_last" in f.fix and "torch.bfloat16" in f.fix
+
+
+def test_fp32_with_tf32_expects_less(build):
+    cfg = build.config(**{**FP32, "tf32_matmul": True})
+    f = by_code(diagnose(build.run(configs={0: cfg})))["GD-RUN-FP32-COMPUTE"]
+    assert f.expected_gain == pytest.approx(0.92 * (1 - 1 / 1.3), abs=1e-4)
+    assert "allow_tf32" not in f.fix
+
+
+def test_fp32_rule_silent_with_autocast_or_idle_gpu(build):
+    assert not diagnose(build.run())  # bf16 autocast: the default builder
+    idle = build.run(configs={0: build.config(**FP32)}, windows={0: build.window(gpu_busy_frac=0.5)})
+    assert "GD-RUN-FP32-COMPUTE" not in by_code(diagnose(idle))

@@ -1,0 +1,56 @@
+"""The profiler window's in-process reduction, on synthetic events (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudoctor.collectors.profiler_window import Event, reduce_events
+
+
+def _dev(name: str, start: float, dur: float, nbytes: int | None = None) -> Event:
+    return Event(name=name, on_device=True, start_us=start, dur_us=dur, nbytes=nbytes)
+
+
+def _cpu(name: str, start: float, dur: float, thread: int = 1) -> Event:
+    return Event(name=name, on_device=False, start_us=start, dur_us=dur, thread=thread)
+
+
+def test_reduce_window() -> None:
+    events = [
+        _cpu("aten::linear", 0, 100),  # contains addmm: self time 100 - 60
+        _cpu("aten::addmm", 10, 60),
+        _cpu("cudaLaunchKernel", 20, 5),
+        _cpu("cudaLaunchKernel", 30, 5),
+        _cpu("cudaStreamSynchronize", 200, 50),
+        _cpu("cudaMemcpyAsync", 300, 4),
+        _dev("sm90_gemm_kernel", 100, 200),
+        _dev("elementwise_kernel", 250, 8),  # overlaps the gemm: union counts it once
+        _dev("ncclDevKernel_AllReduce_Sum_f32", 280, 100),  # 20 us under compute
+        _dev("Memcpy HtoD (Pageable -> Device)", 500, 50, nbytes=4096),
+        _dev("Memcpy HtoD (Pinned -> Device)", 600, 10, nbytes=None),
+        _dev("Memset (Device)", 700, 1),
+    ]
+    s = reduce_events(events, rank=1, first_step=10, last_step=14, wall_ms=1.0)
+    # device union: [100, 380] + [500, 550] + [600, 610] + [700, 701] = 280 + 50 + 10 + 1
+    assert s.gpu_busy_ms == pytest.approx(0.341)
+    assert s.gpu_busy_frac == pytest.approx(0.341)
+    assert s.kernel_count == 3 and s.kernels_under_10us_frac == pytest.approx(1 / 3)
+    assert s.kernel_us_p50 == 100 and s.kernel_us_p90 == 200
+    assert s.nccl_ms == pytest.approx(0.1) and s.nccl_overlap_frac == pytest.approx(0.2)
+    assert (s.sync_calls, s.sync_ms, s.launch_count) == (1, pytest.approx(0.05), 2)
+    assert [(o.name, o.count, o.total_us) for o in s.top_ops] == [("aten::addmm", 1, 60.0), ("aten::linear", 1, 40.0)]
+    assert [k.name for k in s.top_kernels] == ["sm90_gemm_kernel", "ncclDevKernel_AllReduce_Sum_f32", "elementwise_kernel"]
+    assert s.top_kernels[1].kind == "nccl"
+    assert [(m.kind, m.pinned, m.count, m.bytes) for m in s.memcpy] == [("HtoD", False, 1, 4096), ("HtoD", True, 1, None)]
+    assert (s.rank, s.first_step, s.last_step, s.note) == (1, 10, 14, "")
+
+
+def test_cpu_only_window_says_why_gpu_figures_are_missing() -> None:
+    s = reduce_events([_cpu("aten::mm", 0, 10)], rank=0, first_step=3, last_step=7, wall_ms=2.0)
+    assert s.gpu_busy_frac is None and s.gpu_busy_ms is None and s.kernel_us_p50 is None
+    assert s.nccl_overlap_frac is None and "CPU run" in s.note
+
+
+def test_busy_fraction_never_exceeds_one() -> None:
+    s = reduce_events([_dev("k", 0, 5000)], rank=0, first_step=0, last_step=0, wall_ms=1.0)
+    assert s.gpu_busy_frac == 1.0

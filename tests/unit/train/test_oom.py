@@ -1,0 +1,56 @@
+"""OOM recovery: a real ``torch.OutOfMemoryError`` from a step halves the micro-batch, keeps the batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gpudoctor.train import RobustConfig, Trainer
+
+from helpers_train import Recorder, cpu_config, plain_loop, tiny_loader, tiny_model
+
+
+class _OomAbove(nn.Module):
+    """Raises the real ``torch.OutOfMemoryError`` whenever a micro-batch exceeds ``limit`` samples."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.inner = tiny_model(dropout=0.0)
+        self.limit = limit
+
+    def forward(self, x):
+        out = self.inner(x)  # part of the graph is built before the allocation fails, as in real life
+        if x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+        return out
+
+
+def test_oom_halves_micro_batch_and_keeps_the_effective_batch():
+    reference = tiny_model(dropout=0.0)
+    plain_loop(reference, tiny_loader(batch_size=16), epochs=1)
+    model, rec = _OomAbove(limit=4), Recorder()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    with pytest.warns(RuntimeWarning, match="retrying with micro-batch"):
+        result = Trainer(model, opt, nn.CrossEntropyLoss(), config=cpu_config(), observers=[rec]).fit(
+            tiny_loader(batch_size=16), epochs=1)
+    assert result.micro_batch_split == 4 and result.global_batch == 16 and result.steps == 4
+    assert [r.micro_steps for r in rec.records] == [4, 4, 4, 4]
+    for a, b in zip(reference.parameters(), model.inner.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_oom_gives_up_below_min_micro_batch():
+    model = _OomAbove(limit=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    cfg = cpu_config(robust=RobustConfig(min_micro_batch=4))
+    with pytest.warns(RuntimeWarning), pytest.raises(torch.OutOfMemoryError, match="min_micro_batch"):
+        Trainer(model, opt, nn.CrossEntropyLoss(), config=cfg).fit(tiny_loader(batch_size=16), epochs=1)
+
+
+def test_oom_recovery_can_be_turned_off():
+    model = _OomAbove(limit=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    cfg = cpu_config(robust=RobustConfig(oom_recover=False))
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        Trainer(model, opt, nn.CrossEntropyLoss(), config=cfg).fit(tiny_loader(batch_size=16), epochs=1)

@@ -1,0 +1,133 @@
+"""The session end to end on a tiny CPU target: the batch found against a known limit, the written
+config loading back into the engine, Ctrl-C keeping the finished trials, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from gpudoctor.records.tune import TrialVerdict
+from gpudoctor.train import Trainer, TrainConfig
+from gpudoctor.tune import session
+from gpudoctor.tune.session import TuneOptions, tune
+from gpudoctor.tune.target import LoaderSettings, load_target
+from gpudoctor.tune.trials import make_loader
+
+HERE = Path(__file__).parent
+REF = f"{HERE / 'tiny_target.py'}:target"
+OOM_REF = f"{HERE / 'tiny_target.py'}:oom_target"
+FAST = TuneOptions(steps=2, warmup=1)
+
+
+def test_batch_found_within_margin_of_the_known_limit(tmp_path: Path) -> None:
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    (knob,) = result.knobs
+    assert knob.params["batch_size"] == 95  # largest fit 100, 5% margin
+    assert 100 * 0.9 <= knob.params["batch_size"] <= 100
+    assert knob.params["eval_batch_size"] == 128  # eval probed on its own: capped by the eval set, not by 100
+    sizes = [t.setting for t in knob.trials if t.verdict is TrialVerdict.OOM]
+    assert sizes and all(int(s.split("=")[1]) > 100 for s in sizes)
+    assert any("largest batch that fit: 100" in n for n in knob.notes)
+
+
+def test_written_config_loads_back_into_the_engine(tmp_path: Path) -> None:
+    result = tune(["batch", "precision"], target_ref=REF, options=FAST, out=tmp_path / "tuned.toml")
+    config = TrainConfig.from_file(result.config_path)
+    loader_settings = LoaderSettings.from_file(result.loader_path)
+    assert config.to_dict() == result.config
+    assert config.batch_size == result.knobs[1].params["batch_size"]
+    assert loader_settings.eval_batch_size == result.loader["eval_batch_size"]
+    target = load_target(REF)
+    trainer = Trainer(target.model_factory(), target.optimizer_factory, target.loss_fn,
+                      config=config.replace(max_steps=2))
+    fit = trainer.fit(make_loader(target.train_dataset, config.batch_size, loader_settings), epochs=1)
+    assert fit.steps >= 1 and fit.per_device_batch == config.batch_size
+
+
+def test_ctrl_c_keeps_the_finished_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_run = session.TrialRunner.run
+    calls = {"n": 0}
+
+    def run(self, spec):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real_run(self, spec)
+
+    monkeypatch.setattr(session.TrialRunner, "run", run)
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    assert result.interrupted
+    (knob,) = result.knobs
+    assert len(knob.trials) == 3 and all(t.verdict is TrialVerdict.OK for t in knob.trials)
+    assert "interrupted" in knob.summary
+    assert Path(result.config_path).exists()
+
+
+def test_cli_json(tmp_path: Path) -> None:
+    from gpudoctor.cli.app import app
+
+    out = tmp_path / "cfg.toml"
+    res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--json", "--out", str(out), "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.stdout[res.stdout.index("{"):])
+    assert payload["knobs"][0]["params"]["batch_size"] == 95
+    assert TrainConfig.from_file(out).batch_size == 95
+
+
+def test_cli_ctrl_c_prints_what_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor.cli.app import app
+
+    real_run = session.TrialRunner.run
+    calls = {"n": 0}
+
+    def run(self, spec):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_run(self, spec)
+
+    monkeypatch.setattr(session.TrialRunner, "run", run)
+    res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--out", str(tmp_path / "c.toml"),
+                                   "--steps", "2"])
+    assert res.exit_code == 130
+    assert "batch=16" in res.stdout and "batch=32" in res.stdout and "interrupted" in res.stdout
+
+
+@pytest.mark.parametrize("args", [["tune", "batch"], ["tune", "nope", "--target", "x:y"],
+                                  ["tune", "batch", "--target", "nomodule_here_xyz:t"],
+                                  ["tune", "batch", "--target", "x:y", "--script", "python a.py"],
+                                  ["tune", "batch", "--target", OOM_REF, "--margin", "1.5"]])
+def test_cli_usage_errors(args: list[str]) -> None:
+    from gpudoctor.cli.app import app
+
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+
+
+def test_cuda_only_settings_skipped_with_a_reason_on_cpu(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only behaviour")
+    result = tune(["precision", "scaler", "ddp"], target_ref=REF, options=FAST, out=None)
+    skipped = {t.setting: t.reason for k in result.knobs for t in k.trials if t.verdict is TrialVerdict.SKIPPED}
+    assert "needs a CUDA GPU" in skipped["tf32"] and "needs a CUDA GPU" in skipped["fp16"]
+    assert any("torchrun" in r for r in skipped.values())
+    assert result.knobs[0].params["precision.dtype"] in ("fp32", "bf16")
+
+
+def test_plain_script_loader_sweep_through_run_try(tmp_path: Path) -> None:
+    """A plain script: every trial is a fresh `run --try` child; batch is skipped with the reason."""
+    import sys
+
+    from gpudoctor.tune.script import tune_script
+
+    command = (sys.executable, "-m", "gpudoctor.workloads.basic_user", "--size", "tiny", "--steps", "1000")
+    result = tune_script(["batch", "loader"], command, steps=3, warmup=2, worker_counts=(1,), work_dir=tmp_path)
+    batch, loader, final = result.knobs
+    assert "--target" in batch.summary
+    assert [t.setting for t in loader.trials] == ["as written", "num_workers=1 pinned persistent"]
+    assert all(t.verdict is TrialVerdict.OK and t.steps >= 5 for t in loader.trials), loader.trials
+    assert final.summary.startswith("gpudoctor run --try") or final.summary == "keep the script as it is"
