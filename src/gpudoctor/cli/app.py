@@ -15,6 +15,7 @@ from gpudoctor.errors import GpuDoctorUserError
 
 # Command modules, in the order ``--help`` lists them. Each defines ``register(app)``.
 COMMAND_MODULES = (
+    "gpudoctor.cli.doctor",
     "gpudoctor.cli.check",
     "gpudoctor.cli.run",
     "gpudoctor.cli.diagnose",

@@ -56,6 +56,7 @@ class RunSpec:
         first_step_timeout_s: stop the child when no optimizer step happened by then.
         keep_trace: also write the window's Chrome trace (``trace-rank{N}.json``).
         child_stdout_to_stderr: send the child's stdout to our stderr (for ``--json``).
+        echo_child: show the child's output live; ``False`` keeps it in ``stdout.log`` only.
         grace_s: how long the child gets to exit after SIGINT before SIGTERM (then SIGKILL).
         sample_gpu: run the NVML and host samplers.
     """
@@ -68,6 +69,7 @@ class RunSpec:
     first_step_timeout_s: float = 120.0
     keep_trace: bool = False
     child_stdout_to_stderr: bool = False
+    echo_child: bool = True
     grace_s: float = 10.0
     sample_gpu: bool = True
 
@@ -262,8 +264,8 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     out_tail: deque = deque(maxlen=40)
     err_tail: deque = deque(maxlen=40)
     tees = [
-        Tee(proc.stdout, out_target, log, lock, out_tail),
-        Tee(proc.stderr, sys.stderr.buffer, log, lock, err_tail),
+        Tee(proc.stdout, out_target if spec.echo_child else None, log, lock, out_tail),
+        Tee(proc.stderr, sys.stderr.buffer if spec.echo_child else None, log, lock, err_tail),
     ]
     previous = {}
     in_main = threading.current_thread() is threading.main_thread()

@@ -15,12 +15,12 @@ from gpudoctor.records.rundir import GPU_SAMPLES, HOST_SAMPLES, KIND_GPU, KIND_H
 class Tee:
     """Copy a child pipe to one of our streams and to ``stdout.log``, live."""
 
-    def __init__(self, pipe: IO[bytes], target: IO[bytes], log: IO[bytes], lock: threading.Lock, tail: deque) -> None:
+    def __init__(self, pipe: IO[bytes], target: IO[bytes] | None, log: IO[bytes], lock: threading.Lock, tail: deque) -> None:
         self.thread = threading.Thread(target=self._run, args=(pipe, target, log, lock, tail), daemon=True)
         self.thread.start()
 
     @staticmethod
-    def _run(pipe: IO[bytes], target: IO[bytes], log: IO[bytes], lock: threading.Lock, tail: deque) -> None:
+    def _run(pipe: IO[bytes], target: IO[bytes] | None, log: IO[bytes], lock: threading.Lock, tail: deque) -> None:
         fd = pipe.fileno()
         partial = b""
         while True:
@@ -37,8 +37,9 @@ class Tee:
                 except ValueError:  # closed: a straggling grandchild wrote after the end
                     pass
             try:
-                target.write(chunk)
-                target.flush()
+                if target is not None:  # None: quiet (gpudoctor doctor keeps output in the log)
+                    target.write(chunk)
+                    target.flush()
             except (OSError, ValueError):
                 pass  # our terminal went away: keep logging
             lines = (partial + chunk).split(b"\n")

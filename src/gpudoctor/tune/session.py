@@ -240,6 +240,10 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
             results.append(KnobResult(knob=name, trials=tuple(ctx.trials[first:]),
                                       summary="interrupted (Ctrl-C); the trials above finished"))
             break
+    if env.world_size > 1:
+        from gpudoctor.core.dist import destroy_distributed
+
+        destroy_distributed()  # every collective of the session is done
     config_path = loader_path = None
     if out is not None and ctx.rank == 0:  # after Ctrl-C too: the knobs that finished chose these
         written = write_outputs(ctx.config, ctx.loader, out)

@@ -54,3 +54,14 @@ def oom_target() -> TuneTarget:
     return TuneTarget(model_factory=lambda: Limited(LIMIT), optimizer_factory=base.optimizer_factory,
                       loss_fn=base.loss_fn, train_dataset=base.train_dataset, eval_dataset=base.eval_dataset,
                       config=base.config, loader=base.loader)
+
+
+def uneven_target() -> TuneTarget:
+    """Like ``oom_target``, but rank 1 (under torchrun) has less memory: a limit of 60."""
+    import os
+
+    limit = 60 if os.environ.get("RANK") == "1" else LIMIT
+    base = target()
+    return TuneTarget(model_factory=lambda: Limited(limit), optimizer_factory=base.optimizer_factory,
+                      loss_fn=base.loss_fn, train_dataset=base.train_dataset, eval_dataset=base.eval_dataset,
+                      config=base.config, loader=base.loader)

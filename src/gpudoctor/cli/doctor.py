@@ -1,0 +1,149 @@
+"""``gpudoctor doctor [-- CMD...]``: the whole check-up in one command.
+
+check → run (the user's command, or an embedded example workload) → diagnose → try the top fix
+→ terminal summary → HTML report. Each stage shows its progress on stderr; results go to stdout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpudoctor.errors import GpuDoctorUserError
+
+_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+EMBEDDED = "basic_user"  # the seeds' "basic user" loop: data-loader bound on any machine
+SIZES = ("auto", "tiny", "small", "medium")
+
+
+def _gpu_usable(facts: Any) -> bool:
+    return any(d.context_ok and d.alloc_ok for d in facts.devices)
+
+
+def _embedded_command(size: str, gpu: bool) -> tuple[str, ...]:
+    import sys
+
+    from gpudoctor.workloads import WORKLOADS
+
+    workload = WORKLOADS[EMBEDDED]
+    chosen = size if size != "auto" else ("small" if gpu else "tiny")
+    return tuple(workload.argv(size=chosen, python=sys.executable))
+
+
+def _run(command: tuple[str, ...], run_dir: Path, steps: int, knobs: str | None, say) -> Any:
+    from gpudoctor.cli import diagnose as diag
+    from gpudoctor.collectors.knobs import parse_knobs
+    from gpudoctor.collectors.launch import RunSpec, run_instrumented
+
+    spec = RunSpec(command=command, run_dir=run_dir, steps=steps, echo_child=False,
+                   knobs=parse_knobs(knobs) if knobs else ())
+    outcome = run_instrumented(spec, say=say)
+    run = diag.load(outcome.run_dir)
+    findings = diag.analyse(run) if run.steps else []
+    return outcome, run, findings or []
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(context_settings=_CONTEXT)
+    def doctor(
+        ctx: typer.Context,
+        steps: int = typer.Option(60, "--steps", help="Optimizer steps to measure per run."),
+        out: Path = typer.Option(None, "--out", help="Where the run directories and report go "
+                                 "(default gpudoctor-runs/<time>-doctor-<name>)."),
+        try_fix: bool = typer.Option(True, "--try/--no-try",
+                                     help="Re-run with the top finding's fix injected and measure the gain."),
+        size: str = typer.Option("auto", "--size", help="Size of the embedded workload when no command "
+                                 "is given: auto (small on a GPU, tiny on a CPU), tiny, small, medium."),
+        timeout: float = typer.Option(60.0, "--timeout", help="Seconds the GPU probe of the check may take."),
+        json_output: bool = typer.Option(False, "--json", help="Print JSON instead of the summary."),
+    ) -> None:
+        """The full check-up: check the GPU stack, run and diagnose a training script, prove the
+        top fix by measurement, and write an HTML report.
+
+        With no command it runs an embedded example (the seeds' "basic user" CIFAR-style loop,
+        about a minute on a GPU; it runs on a CPU too). Give your own after --, e.g.
+        gpudoctor doctor -- python train.py --lr 0.1
+        """
+        from gpudoctor.analysis.env_rules import check_env
+        from gpudoctor.analysis.knob_map import first_testable
+        from gpudoctor.cli import diagnose as diag
+        from gpudoctor.cli.output import EXIT_FINDINGS, EXIT_OK, emit_json, stderr_console, stdout_console
+        from gpudoctor.collectors.env import gather_facts
+        from gpudoctor.collectors.launch import default_run_dir, resolve_command
+        from gpudoctor.records.base import write_json
+        from gpudoctor.records.env import Verdict
+        from gpudoctor.records.rundir import ENV, KIND_ENV
+        from gpudoctor.report.check_view import check_table, verdict_line
+        from gpudoctor.report.html import write_report
+
+        if steps < 5:
+            raise GpuDoctorUserError(f"--steps {steps}: use at least 5 so warm-up can be left out")
+        if size not in SIZES:
+            raise GpuDoctorUserError(f"--size {size!r} is not one of {', '.join(SIZES)}")
+        if timeout <= 0:
+            raise GpuDoctorUserError(f"--timeout must be a positive number of seconds, got {timeout}")
+        err, console = stderr_console(), stdout_console()
+        say = (lambda message: err.print(message, highlight=False, markup=False))
+        start = time.perf_counter()
+
+        with err.status("[1/5] checking the GPU stack: driver, runtime, devices, context, compute…"):
+            facts = gather_facts(timeout_s=timeout)
+            check = check_env(facts)
+        gpu = _gpu_usable(facts)
+        if not json_output:
+            console.print(verdict_line(check))
+            problems = tuple(r for r in check.results if r.verdict in (Verdict.FAIL, Verdict.WARN))
+            if problems:  # only what needs attention; `gpudoctor check` shows every row
+                console.print(check_table(dataclasses.replace(check, results=problems)))
+
+        command = tuple(ctx.args) or _embedded_command(size, gpu)
+        resolve_command(command)
+        base = out if out is not None else default_run_dir(("doctor",) + command)
+        where = "the GPU" if gpu else "the CPU (no usable GPU: see the check above)"
+        with err.status(f"[2/5] running {' '.join(command)} for {steps} steps on {where} "
+                        f"(its output goes to {base / 'baseline' / 'stdout.log'})…"):
+            outcome, run, findings = _run(command, base / "baseline", steps, None, say)
+        write_json(run.path / ENV, check, kind=KIND_ENV)
+        run.env = check
+
+        comparison = tried = None
+        pick = first_testable(findings, cpu_count=os.cpu_count() or 1,
+                              world_size=run.manifest.world_size or 1) if try_fix else None
+        if pick is not None and outcome.exit_code == 0:
+            finding, knobs = pick
+            with err.status(f"[3/5] diagnosed: {finding.title}. [4/5] proving the fix: re-running "
+                            f"with --try {knobs}…"):
+                _, tried, _ = _run(command, base / "try", steps, knobs, say)
+            from gpudoctor.report.try_view import compare
+
+            comparison = compare(run, tried) if tried.steps else None
+        with err.status("[5/5] writing the HTML report…"):
+            report = write_report(run, findings)
+        seconds = time.perf_counter() - start
+
+        if json_output:
+            emit_json({
+                "check": {"verdict": check.worst, "summary": check.summary, "results": check.results},
+                "run": {**diag.payload(run, findings), "exit_code": outcome.exit_code},
+                "try": comparison, "report": str(report), "seconds": round(seconds, 1),
+            })
+        else:
+            diag.render(run, findings, console)
+            if comparison is not None:
+                from gpudoctor.report.try_view import render_try
+
+                console.print(render_try(comparison))
+            elif try_fix and findings:
+                console.print("No finding has a fix gpudoctor can inject and measure; apply the fixes "
+                              "above and run again.")
+            console.print(f"report: {report}", highlight=False, markup=False)
+            console.print(f"doctor finished in {seconds:.0f} s. Next: open the report; "
+                          "`gpudoctor run -- python your_train.py` diagnoses your own script.",
+                          highlight=False, markup=False)
+        failed = check.worst is Verdict.FAIL and gpu or outcome.exit_code != 0
+        raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)

@@ -1,0 +1,30 @@
+"""``gpudoctor tune batch`` under torchrun: 2 gloo ranks on the CPU whose memory differs; both
+search on their own and agree on the smallest result (all-reduce MIN)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TARGET = Path(__file__).resolve().parents[1] / "unit" / "tune" / "tiny_target.py"
+
+
+@pytest.mark.distributed
+def test_ranks_agree_on_the_smallest_batch(tmp_path: Path) -> None:
+    out = tmp_path / "tuned.toml"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gpudoctor",
+           "tune", "batch", "--target", f"{TARGET}:uneven_target", "--json", "--steps", "2", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert result["world_size"] == 2
+    (knob,) = result["knobs"]
+    assert knob["params"]["batch_size"] == 57  # rank 1: largest fit 60, 5% margin; rank 0 alone would say 95
+    assert any("ranks found [95, 57]" in note for note in knob["notes"]), knob["notes"]
+    from gpudoctor.train import TrainConfig
+
+    assert TrainConfig.from_file(out).batch_size == 57
