@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
 
             comparison = compare(run, tried) if tried.steps else None
         with err.status("[5/5] writing the HTML report…"):
-            report = write_report(run, findings)
+            report = write_report(run, findings, verified=comparison)
         seconds = time.perf_counter() - start
 
         if json_output:

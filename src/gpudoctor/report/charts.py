@@ -64,13 +64,31 @@ PARTS = ("data_wait_ms", "h2d_ms", "compute_ms", "other_ms")
 PART_LABELS = ("data wait", "H2D copies", "GPU compute", "other host time")
 
 
+def _y_top(ordered: list[float]) -> float:
+    """An axis top that shows the typical steps: 1.5x the 90th percentile, at least the median x2."""
+    if not ordered:
+        return 1.0
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    median = ordered[len(ordered) // 2]
+    return max(p90 * 1.5, median * 2.0, 1e-3)
+
+
 def step_chart(breakdown: StepBreakdown):
     """Stacked bars: each step's wall time split into data wait, H2D, GPU compute, other."""
     from bokeh.models import ColumnDataSource, HoverTool
 
     data = {"step": breakdown.step, **{p: getattr(breakdown, p) for p in PARTS},
             "total": breakdown.step_ms}
-    fig = _figure(f"Step time breakdown, rank {breakdown.rank}", "ms", "optimizer step")
+    title = f"Step time breakdown, rank {breakdown.rank}"
+    ordered = sorted(breakdown.step_ms)
+    top = _y_top(ordered)
+    if ordered and ordered[-1] > top:  # warm-up steps (CUDA init, cuDNN autotune) dwarf the rest
+        title += f" (axis clipped at {top:.0f} ms; the slowest step took {ordered[-1]:.0f} ms)"
+    fig = _figure(title, "ms", "optimizer step")
+    if ordered:
+        from bokeh.models import Range1d
+
+        fig.y_range = Range1d(0, top)
     fig.vbar_stack(list(PARTS), x="step", width=0.85, color=list(PALETTE[:4]),
                    source=ColumnDataSource(data), legend_label=list(PART_LABELS))
     fig.select_one(HoverTool).tooltips = [("step", "@step"), ("total", "@total{0.0} ms")] + [

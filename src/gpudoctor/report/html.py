@@ -17,6 +17,7 @@ from gpudoctor.analysis import timeline
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
 from gpudoctor.report import charts
+from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
 
 MAX_RANK_CHARTS = 8  # beyond this, per-rank charts are drawn for the first ranks only
 
@@ -78,8 +79,13 @@ def build_figures(run: RunData) -> dict[str, object]:
     return figures
 
 
-def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...]) -> str:
-    """Render the whole report as one HTML string."""
+def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
+                  verified: TryComparison | None = None) -> str:
+    """Render the whole report as one HTML string.
+
+    ``verified``: a ``--try`` re-run of the same command with the fix injected; shown as the
+    before/after table right under the verdict.
+    """
     from jinja2 import Environment, select_autoescape
 
     from gpudoctor import __version__
@@ -108,14 +114,17 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...]) -
         chart_names=list(figure_map),
         version=__version__,
         run_path=str(run.path),
+        verified=verified,
+        verified_rows=try_rows(verified) if verified is not None else [],
+        verified_verdict=try_verdict(verified) if verified is not None else "",
     )
 
 
 def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
-                 out: Path | None = None) -> Path:
+                 out: Path | None = None, *, verified: TryComparison | None = None) -> Path:
     """Render and write the report (default ``RUNDIR/report.html``); return its path."""
     path = Path(out) if out is not None else run.path / REPORT
-    text = render_report(run, findings)
+    text = render_report(run, findings, verified)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -65,24 +65,35 @@ def _change(before: float | None, after: float | None) -> str:
     return f"{(after / before - 1.0) * 100:+.0f}%"
 
 
+def try_rows(comparison: TryComparison) -> list[tuple[str, str, str, str]]:
+    """(measure, baseline, with knobs, change) as display strings; shared by terminal and HTML."""
+    rows = []
+    for key, label in ROWS:
+        if key == "throughput":
+            label = f"throughput ({comparison.unit})"
+        rows.append((label, _fmt(comparison.before[key]), _fmt(comparison.after[key]),
+                     _change(comparison.before[key], comparison.after[key])))
+    return rows
+
+
+def try_verdict(comparison: TryComparison) -> str:
+    if comparison.gain is None:
+        return "measured gain: unknown (a run recorded no steady-state steps)"
+    return f"measured gain: {comparison.gain * 100:+.0f}% throughput with {', '.join(comparison.knobs)}"
+
+
 def render_try(comparison: TryComparison):
     """A rich renderable: the table and the one-line verdict."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"--try {','.join(comparison.knobs)}: before / after", title_justify="left")
+    table = Table(title="--try: the fix, measured (same command, same steps)", title_justify="left",
+                  caption=f"knobs: {', '.join(comparison.knobs)}", caption_justify="left")
     table.add_column("")
     table.add_column("baseline", justify="right")
     table.add_column("with knobs", justify="right")
     table.add_column("change", justify="right")
-    for key, label in ROWS:
-        if key == "throughput":
-            label = f"throughput ({comparison.unit})"
-        table.add_row(label, _fmt(comparison.before[key]), _fmt(comparison.after[key]),
-                      _change(comparison.before[key], comparison.after[key]))
-    if comparison.gain is None:
-        verdict = "measured gain: unknown (a run recorded no steady-state steps)"
-    else:
-        verdict = f"measured gain: {comparison.gain * 100:+.0f}% throughput with {', '.join(comparison.knobs)}"
-    return Group(table, Text(verdict))
+    for row in try_rows(comparison):
+        table.add_row(*row)
+    return Group(table, Text(try_verdict(comparison)))

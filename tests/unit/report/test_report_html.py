@@ -71,3 +71,17 @@ def test_missing_parts_are_said_not_crashed(tmp_path) -> None:
     assert "No GPU samples or step records were gathered." in html
     assert "The environment was not checked" in html
     assert "No problems found" in html
+
+
+def test_verified_fix_section(tmp_path) -> None:
+    from gpudoctor.report.try_view import TryComparison
+
+    keys = ("throughput", "step_ms", "data_wait_ms", "gpu_ms", "h2d_ms", "host_syncs")
+    before = dict(zip(keys, (7210.0, 18.4, 14.4, 18.8, 0.37, 1.0)))
+    after = dict(zip(keys, (29286.9, 4.25, 0.10, 4.59, 0.18, 1.0)))
+    comparison = TryComparison(knobs=("num_workers=8", "pin_memory"), unit="samples/s",
+                               before=before, after=after, gain=29286.9 / 7210.0 - 1)
+    html = render_report(load_run(make_run(tmp_path / "run")), make_findings(), comparison)
+    assert "The fix, verified" in html and "--try num_workers=8,pin_memory" in html
+    assert "<td>throughput (samples/s)</td><td>7,210.0</td><td>29,286.9</td><td>+306%</td>" in html
+    assert "measured gain: +306% throughput with num_workers=8, pin_memory" in html

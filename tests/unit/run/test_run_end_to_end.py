@@ -91,6 +91,23 @@ def test_grad_scaler_skips_nan_loss_and_accumulation(tmp_path: Path) -> None:
     assert config.ddp is not None and config.ddp.kind == "dp" and config.cudnn_deterministic is False
 
 
+def test_fused_optimizer_skips_are_read_from_the_device_flag(tmp_path: Path) -> None:
+    # The H200 failure: a fused AdamW steps even when GradScaler found inf/NaN, so the skip is
+    # only in the scaler's found_inf tensor; the last step (stopped by --steps inside the
+    # optimizer hook) must carry it too.
+    _script(tmp_path, "fused.py", run_scripts.SCALER_FUSED)
+    result = gpudoctor("run", "--steps", "8", "--no-profile", "--json", "--out", "rd", "--",
+                       sys.executable, "fused.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = load_run(tmp_path / "rd")
+    steps = run.steps[0]
+    assert [s.loss_finite for s in steps] == [True] * 4 + [False] * 4
+    assert [s.scaler_skipped for s in steps] == [False] * 4 + [True] * 4
+    assert [s.scaler_scale for s in steps] == [1024.0] * 4 + [512.0, 256.0, 128.0, None]
+    assert all(s.host_syncs == 0 for s in steps)  # the flag is read lazily, not with .item()
+    assert run.configs[0].optimizer_fused is True and run.configs[0].grad_scaler is True
+
+
 def test_command_that_does_not_exist(tmp_path: Path) -> None:
     result = gpudoctor("run", "--out", "rd", "--", "no-such-trainer-xyz", "--lr", "1", cwd=tmp_path)
     assert result.returncode == 2
@@ -161,7 +178,7 @@ def test_try_num_workers_prints_before_and_after(tmp_path: Path) -> None:
     result = gpudoctor("run", "--steps", "16", "--no-profile", "--try", "num_workers=2", "--out", "rd",
                        "--", sys.executable, "slow.py", cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "--try num_workers=2: before / after" in result.stdout
+    assert "--try: the fix, measured" in result.stdout and "knobs: num_workers=2" in result.stdout
     assert "measured gain:" in result.stdout
     base, tried = load_run(tmp_path / "rd" / "baseline"), load_run(tmp_path / "rd" / "try")
     assert base.configs[0].loaders[0].num_workers == 0
