@@ -19,6 +19,11 @@ Parts:
           a 350M GPT through gpudoctor.train with its MFU against the dense bf16 peak.
   ddp     GPT-2 124M through gpudoctor.train DDP (run under torchrun; with 1 and 2 processes the
           job compares them); eager by default to fit the 2-GPU job's time budget.
+
+Re-running a subset: ``--only resnet/plain,gpt124m/gpudoctor_compiled`` runs just those names;
+``--merge-into OLD.json`` keeps OLD's other entries, tags every entry with the run it came from
+(``run_utc``) and recomputes the ratios. ``--smoke`` runs every chosen configuration for a few steps
+on tiny sizes on whatever device there is (the CPU included; no compile): a test runs it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import GPT, GPT2_124M, GPT2_350M, resnet18_cifar  # noqa: E402
+from models import GPT, GPT2_124M, GPT2_350M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import dist_env  # noqa: E402
 from gpudoctor.train import GpuLoader, LogConfig, Trainer, TrainConfig, presets  # noqa: E402
@@ -46,6 +51,8 @@ from gpudoctor.train.config import CheckpointConfig  # noqa: E402
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 PEAK_BF16_H200 = 989e12
+GPT_TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=128, block_size=16)  # --smoke
+DEV = torch.device("cuda")  # main() switches to the CPU for --smoke without a GPU
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -55,28 +62,37 @@ class StepTimer:
 
     def __init__(self, optimizer: torch.optim.Optimizer, warmup: int, timed: int) -> None:
         self.warmup, self.timed, self.count = warmup, timed, 0
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
+        self.cuda = DEV.type == "cuda"  # on the CPU (--smoke) the wall clock stands in for events
+        self.start = torch.cuda.Event(enable_timing=True) if self.cuda else None
+        self.end = torch.cuda.Event(enable_timing=True) if self.cuda else None
+        self.t_init = time.perf_counter()
         self.wall0 = self.wall1 = 0.0
         self.handle = optimizer.register_step_post_hook(self._hook)
 
     def _hook(self, *_: object) -> None:
         self.count += 1
         if self.count == self.warmup:
-            self.start.record()
+            if self.cuda:
+                self.start.record()
             self.wall0 = time.perf_counter()
         elif self.count == self.warmup + self.timed:
-            self.end.record()
+            if self.cuda:
+                self.end.record()
             self.wall1 = time.perf_counter()
 
     def result(self, per_step: int, unit: str) -> dict:
         self.handle.remove()
         if self.count < self.warmup + self.timed:
             raise RuntimeError(f"only {self.count} optimizer steps ran; expected {self.warmup + self.timed}")
-        self.end.synchronize()  # the one sync, at the end
-        seconds = self.start.elapsed_time(self.end) / 1e3
+        if self.cuda:
+            self.end.synchronize()  # the one sync, at the end
+            seconds = self.start.elapsed_time(self.end) / 1e3
+        else:
+            seconds = self.wall1 - self.wall0
+        # warm-up wall time from the timer's creation: includes torch.compile's first compile
         return {f"{unit}_per_s": per_step * self.timed / seconds, "timed_steps": self.timed,
-                "warmup_steps": self.warmup, "seconds": seconds}
+                "warmup_steps": self.warmup, "seconds": seconds,
+                "warmup_wall_s": round(self.wall0 - self.t_init, 2)}
 
 
 # ---------------------------------------------------------------------------------- ResNet data
@@ -109,12 +125,13 @@ def sgd(model: nn.Module) -> torch.optim.Optimizer:
 
 def peer_loader(ds: Dataset, batch: int, workers: int) -> DataLoader:
     """The hand-tuned loader every peer gets: workers, pinned memory, persistent workers, prefetch."""
-    return DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=True,
-                      persistent_workers=True, prefetch_factor=4, drop_last=True)
+    extra = {"persistent_workers": True, "prefetch_factor": 4} if workers > 0 else {}
+    return DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=DEV.type == "cuda",
+                      drop_last=True, **extra)
 
 
 def resnet_plain(ds, args) -> dict:
-    model = resnet18_cifar().cuda().to(memory_format=torch.channels_last)
+    model = resnet18_cifar().to(DEV, memory_format=torch.channels_last)
     opt = sgd(model)
     timer = StepTimer(opt, args.warmup, args.steps)
     loader = peer_loader(ds, args.batch, args.workers)
@@ -122,9 +139,9 @@ def resnet_plain(ds, args) -> dict:
     done = 0
     while done < total:
         for x, y in loader:
-            x = x.cuda(non_blocking=True).contiguous(memory_format=torch.channels_last)
-            y = y.cuda(non_blocking=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            x = x.to(DEV, non_blocking=True).contiguous(memory_format=torch.channels_last)
+            y = y.to(DEV, non_blocking=True)
+            with torch.autocast(DEV.type, dtype=torch.bfloat16):
                 loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
@@ -187,6 +204,7 @@ def _engine_config(args, **changes) -> TrainConfig:
                        checkpoint=CheckpointConfig()).replace(**changes)
 
 
+
 def resnet_engine_defaults(ds, args) -> dict:
     model = resnet18_cifar()
     opt = sgd(model)
@@ -200,8 +218,10 @@ def resnet_engine_gpu_loader(ds, args) -> dict:
     model = resnet18_cifar()
     opt = sgd(model)
     timer = StepTimer(opt, args.warmup, args.steps)
-    loader = GpuLoader(ds.images, ds.labels, args.batch, torch.device("cuda"), channels_last=True)
+    loader = GpuLoader(ds.images, ds.labels, args.batch, DEV, channels_last=DEV.type == "cuda")
     cfg = presets.convnet_bf16().replace(max_steps=args.warmup + args.steps, log=LogConfig(progress_bar=False))
+    if DEV.type != "cuda":  # --smoke on the CPU: bf16 autocast works there, NHWC buys nothing
+        cfg = cfg.replace(perf=cfg.perf.__class__(channels_last=False))
     result = Trainer(model, opt, nn.CrossEntropyLoss(), config=cfg).fit(loader, epochs=1000)
     return {**timer.result(args.batch, "img"), "engine_mfu": result.mfu}
 
@@ -211,8 +231,8 @@ class TokenBatches:
     """Random token batches already on the GPU (synthetic data: the benchmark measures training)."""
 
     def __init__(self, batch: int, seq: int, vocab: int, n: int = 8, seed: int = 0) -> None:
-        g = torch.Generator(device="cuda").manual_seed(seed)
-        self.batches = [torch.randint(0, vocab, (batch, seq + 1), device="cuda", generator=g) for _ in range(n)]
+        g = torch.Generator(device=DEV).manual_seed(seed)
+        self.batches = [torch.randint(0, vocab, (batch, seq + 1), device=DEV, generator=g) for _ in range(n)]
         self.batch_size = batch
 
     def __len__(self) -> int:
@@ -227,21 +247,24 @@ def _loss_is_output(loss: torch.Tensor, _target: object) -> torch.Tensor:
     return loss
 
 
-def _adamw(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+def _adamw(params) -> torch.optim.Optimizer:
+    """The GPT optimizer, as the engine's documented factory: ``params -> optimizer`` (FSDP2's
+    sharded parameters exist only after wrapping, so the engine passes parameters, not the model)."""
+    return torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
 
 
-def gpt_hand_compiled(args, cfg=GPT2_124M) -> dict:
+def gpt_hand_compiled(args, cfg: GPTConfig | None = None) -> dict:
+    cfg = cfg or GPT2_124M  # read at call time: --smoke swaps in a tiny GPT
     torch.backends.cuda.matmul.allow_tf32 = True
-    model = GPT(cfg).cuda()
-    opt = _adamw(model)
-    compiled = torch.compile(model)
+    model = GPT(cfg).to(DEV)
+    opt = _adamw(model.parameters())
+    compiled = torch.compile(model) if args.compile else model
     data = TokenBatches(args.gpt_batch, cfg.block_size, cfg.vocab_size)
     timer = StepTimer(opt, args.gpt_warmup, args.gpt_steps)
     step = 0
     while step < args.gpt_warmup + args.gpt_steps:
         for (inputs, _) in data:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(DEV.type, dtype=torch.bfloat16):
                 loss = compiled(inputs)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -252,10 +275,13 @@ def gpt_hand_compiled(args, cfg=GPT2_124M) -> dict:
                 break
     out = timer.result(args.gpt_batch * cfg.block_size, "tok")
     out["mfu_vs_989"] = model.flops_per_token() * out["tok_per_s"] / PEAK_BF16_H200
+    out["compile"] = "torch.compile(mode='default')" if args.compile else "off"
     return out
 
 
-def gpt_engine(args, cfg=GPT2_124M, *, compile: bool = True, steps: int | None = None) -> dict:
+def gpt_engine(args, cfg: GPTConfig | None = None, *, compile: bool = True, steps: int | None = None) -> dict:
+    cfg = cfg or GPT2_124M
+    compile = compile and args.compile
     model = GPT(cfg)
     flops_token = model.flops_per_token()
     steps = steps or args.gpt_steps
@@ -271,15 +297,22 @@ def gpt_engine(args, cfg=GPT2_124M, *, compile: bool = True, steps: int | None =
     out["params"] = model.num_params()
     out["world_size"] = world
     out["mfu_vs_989"] = flops_token * out["tok_per_s"] / world / PEAK_BF16_H200
+    out["compile"] = f"torch.compile(mode={config.perf.compile_mode!r})" if compile else "off"
     return out
 
 
 # ---------------------------------------------------------------------------------- driver
-def run_part(name: str, fn, results: dict, deadline: float, need_s: float = 10.0) -> None:
+CONFIGURATIONS = ("resnet/gpudoctor_gpu_loader", "resnet/plain", "resnet/gpudoctor_defaults", "resnet/lightning_bf16",
+                  "resnet/accelerate_bf16", "gpt124m/hand_compiled", "gpt124m/gpudoctor_compiled",
+                  "gpt350m/gpudoctor_compiled")
+
+
+def run_part(name: str, fn, results: dict, deadline: float, need_s: float = 10.0, run_utc: str = "") -> None:
     """Run one configuration unless it would likely end after ``deadline`` (``need_s``: its usual
     duration, compile included)."""
     if time.perf_counter() + need_s > deadline:
-        results[name] = {"skipped": "time budget used up"}
+        results[name] = {"skipped": "time budget used up", "run_utc": run_utc}
+        print(f"[peers] {name}: skipped (time budget)", flush=True)
         return
     t0 = time.perf_counter()
     try:
@@ -287,7 +320,9 @@ def run_part(name: str, fn, results: dict, deadline: float, need_s: float = 10.0
     except Exception as exc:  # one failing configuration must not stop the others
         results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
     results[name]["wall_s"] = round(time.perf_counter() - t0, 1)
-    torch.cuda.empty_cache()
+    results[name]["run_utc"] = run_utc  # which run measured it (entries merged from several runs)
+    if DEV.type == "cuda":
+        torch.cuda.empty_cache()
     rate = results[name].get("img_per_s") or results[name].get("tok_per_s")
     print(f"[peers] {name}: " + (f"{rate:,.0f}" if rate else results[name].get("error", "skipped")), flush=True)
 
@@ -314,15 +349,32 @@ def ratios(r: dict) -> dict:
 
 
 def print_table(results: dict, derived: dict) -> None:
-    print(f"\n{'configuration':40} {'throughput':>16} {'MFU':>7} {'wall s':>7}")
+    print(f"\n{'configuration':40} {'throughput':>16} {'MFU':>7} {'wall s':>7}  run (UTC)")
     for name, r in results.items():
         rate = r.get("img_per_s") or r.get("tok_per_s")
         unit = "img/s" if "img_per_s" in r else "tok/s"
         mfu = r.get("mfu_vs_989")
         shown = f"{rate:>10,.0f} {unit}" if rate else (r.get("skipped") or r.get("error", "")[:40])
-        print(f"{name:40} {shown:>16} {'' if mfu is None else f'{100 * mfu:.1f}%':>7} {r.get('wall_s', 0):>7}")
+        print(f"{name:40} {shown:>16} {'' if mfu is None else f'{100 * mfu:.1f}%':>7} {r.get('wall_s', 0):>7}"
+              f"  {r.get('run_utc', '')}")
     for k, v in derived.items():
         print(f"{k:60} {v:.3f}")
+
+
+def merge_runs(old: dict, new: dict) -> dict:
+    """``new``'s entries over ``old``'s; every entry keeps the ``run_utc`` of the run that measured it
+    (``old``'s untagged entries get ``old["date_utc"]``); ``runs`` lists each run's command and names."""
+    results = {name: {"run_utc": old.get("date_utc", ""), **entry} for name, entry in old.get("results", {}).items()}
+    for name, entry in new["results"].items():
+        if "skipped" in entry and name in results and "skipped" not in results[name]:
+            continue  # not re-measured this time: the earlier measurement (or error) stands
+        results[name] = entry
+    runs = old.get("runs") or [{"date_utc": old.get("date_utc", ""), "command": old.get("command", ""),
+                                "configurations": sorted(old.get("results", {}))}]
+    runs = [*runs, {"date_utc": new["date_utc"], "command": new["command"], "configurations": sorted(new["results"])}]
+    doc = {**new, "results": results, "runs": runs, "ratios": ratios(results),
+           "note": "entries come from several runs on the same kind of machine; see each entry's run_utc and 'runs'"}
+    return doc
 
 
 def write_results(args, env, results: dict) -> dict:
@@ -331,9 +383,11 @@ def write_results(args, env, results: dict) -> dict:
     if env.rank != 0 or not args.out:
         return derived
     doc = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-           "world_size": env.world_size, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "python": platform.python_version(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "world_size": env.world_size, "gpu": torch.cuda.get_device_name(0) if DEV.type == "cuda" else "cpu",
+           "torch": torch.__version__, "python": platform.python_version(), "date_utc": args.run_utc,
            "results": results, "ratios": derived}
+    if args.smoke:
+        doc["smoke"] = "tiny sizes, a few steps, no compile: checks that every path runs, not its speed"
     if args.part == "ddp" and args.previous:  # the 2-GPU job runs 1 then 2 processes into one file
         old = json.loads(args.previous)
         doc["results"] = {**old.get("results", {}), **results}
@@ -341,15 +395,35 @@ def write_results(args, env, results: dict) -> dict:
         one, two = (doc["results"].get(f"gpt124m/gpudoctor_ddp_{n}gpu", {}).get("tok_per_s") for n in (1, 2))
         if one and two:
             doc["ratios"] = derived = {"ddp_2gpu_vs_1gpu (goal >= 1.85)": two / one}
+    elif args.merge_into is not None:
+        doc = merge_runs(json.loads(args.merge_into.read_text()), doc)
+        derived = doc["ratios"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     return derived
 
 
-def main() -> None:
+def apply_smoke(args) -> None:
+    """Tiny sizes for ``--smoke``: 2 timed steps after 1 warm-up step, no compile, one peer worker."""
+    global GPT2_124M, GPT2_350M
+    args.images, args.batch, args.workers, args.warmup, args.steps = 64, 8, 0, 1, 2
+    args.gpt_batch, args.gpt_warmup, args.gpt_steps = 2, 1, 2
+    args.compile = False
+    GPT2_124M = GPT_TINY
+    GPT2_350M = GPTConfig(n_layer=3, n_head=2, n_embd=32, vocab_size=128, block_size=16)
+
+
+def main(argv: list[str] | None = None) -> None:
+    global DEV
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=("all", "resnet", "gpt", "ddp"), default="all")
+    p.add_argument("--only", default="", help="comma-separated configuration names (of: " + ", ".join(
+        CONFIGURATIONS) + "); the others are not run")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--merge-into", type=Path, default=None,
+                   help="an earlier results JSON: keep its other entries, tag each with its run, recompute ratios")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, a few steps, no compile; runs on the CPU")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="GPT configurations run eager")
     p.add_argument("--budget-s", type=float, default=220.0, help="skip configurations that would start later")
     p.add_argument("--images", type=int, default=50_000)
     p.add_argument("--batch", type=int, default=512)
@@ -360,19 +434,34 @@ def main() -> None:
     p.add_argument("--gpt-warmup", type=int, default=10)
     p.add_argument("--gpt-steps", type=int, default=30)
     p.add_argument("--ddp-compile", action="store_true", help="compile in the ddp part (slower to start)")
-    args = p.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("bench/peers.py needs a CUDA GPU")
+    args = p.parse_args(argv)
+    only = {n.strip() for n in args.only.split(",") if n.strip()}
+    if only - set(CONFIGURATIONS):
+        unknown = ", ".join(sorted(only - set(CONFIGURATIONS)))
+        p.error(f"--only: unknown {unknown}; choose from {', '.join(CONFIGURATIONS)}")
+    if args.merge_into is not None and not args.merge_into.exists():
+        p.error(f"--merge-into {args.merge_into}: no such file")
+    if args.merge_into is not None and args.smoke and "smoke" not in json.loads(args.merge_into.read_text()):
+        p.error("--smoke results must not be merged into real measurements; write them to their own --out")
+    if args.smoke:
+        apply_smoke(args)
+        if not torch.cuda.is_available():
+            DEV = torch.device("cpu")
+    elif not torch.cuda.is_available():
+        sys.exit("bench/peers.py needs a CUDA GPU (or --smoke to check the paths on the CPU)")
+    args.run_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     deadline = time.perf_counter() + args.budget_s
     env = dist_env()
     args.previous = args.out.read_text() if args.out and args.out.exists() and args.part == "ddp" else None
     results: dict = {}
 
     def run(name, fn, need_s=10.0):
-        run_part(name, fn, results, deadline, need_s)
+        if only and name not in only:
+            return
+        run_part(name, fn, results, deadline, need_s, args.run_utc)
         write_results(args, env, results)
 
-    if args.part in ("all", "resnet"):
+    if args.part in ("all", "resnet") and (not only or any(n.startswith("resnet/") for n in only)):
         ds = AugmentedImages(args.images)
         for name, fn in (("resnet/gpudoctor_gpu_loader", resnet_engine_gpu_loader), ("resnet/plain", resnet_plain),
                          ("resnet/gpudoctor_defaults", resnet_engine_defaults),
@@ -381,7 +470,8 @@ def main() -> None:
     if args.part in ("all", "gpt"):
         run("gpt124m/hand_compiled", lambda: gpt_hand_compiled(args), 40)
         run("gpt124m/gpudoctor_compiled", lambda: gpt_engine(args), 30)
-        run("gpt350m/gpudoctor_compiled", lambda: gpt_engine(args, GPT2_350M, steps=max(10, args.gpt_steps // 2)), 45)
+        steps_350m = max(min(10, args.gpt_steps), args.gpt_steps // 2)  # 15 by default, 2 with --smoke
+        run("gpt350m/gpudoctor_compiled", lambda: gpt_engine(args, GPT2_350M, steps=steps_350m), 45)
     if args.part == "ddp":
         run(f"gpt124m/gpudoctor_ddp_{env.world_size}gpu", lambda: gpt_engine(args, compile=args.ddp_compile), 0)
     derived = write_results(args, env, results)

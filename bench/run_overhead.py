@@ -19,6 +19,17 @@ interleaved A B B A ..., the same single process each time. Figures per run:
 
 The overhead is the ratio of the medians over rounds. Both the CUDA-event (GPU-side step period)
 and the host wall-clock figures are reported; the bars are judged on the CUDA-event figures.
+
+So that a reader can tell noise from effect, every round runs each arm once (the order rotates
+round by round) and the result carries, per arm, the median, min, max and standard deviation of
+each figure over rounds; the paired per-round overheads (instrumented vs the plain run of the
+same round) with their min/median/max; the plain arm's own run-to-run spread (the noise floor);
+and every run's per-step times. Two diagnostic splits, which do not change the bars:
+
+* ``probes`` arm: ``gpudoctor run --full --no-profile`` — the per-step probes without the
+  profiler window (and without its CUPTI start-up), to separate the probes' cost from the
+  profiler's after-effects.
+* before/after the window: the outside mean split into steps 5-9 and steps 16..N-1.
 """
 
 from __future__ import annotations
@@ -99,17 +110,78 @@ def _figures(times: dict) -> dict:
         outside = [v for i, v in enumerate(values) if i >= WARMUP and i not in WINDOW_EXCLUDED]
         out[f"outside_mean_{key}"] = statistics.fmean(outside)
         out[f"whole_total_{key}"] = sum(values[1:])
+        before = [v for i, v in enumerate(values) if WARMUP <= i < WINDOW_EXCLUDED.start]
+        after = [v for i, v in enumerate(values) if i >= WINDOW_EXCLUDED.stop]
+        out[f"before_window_mean_{key}"] = statistics.fmean(before) if before else None
+        out[f"after_window_mean_{key}"] = statistics.fmean(after) if after else None
+        out[f"per_step_{key}"] = [round(v, 4) for v in values]
     return out
 
 
-def _run(mode: str, steps: int, batch: int, tmp: Path, index: int) -> dict:
+ARMS = ("plain", "instrumented", "probes")
+FIGURES = ("outside_mean", "whole_total", "before_window_mean", "after_window_mean")
+
+
+def _spread(values: list[float]) -> dict:
+    return {
+        "median": statistics.median(values), "min": min(values), "max": max(values),
+        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0, "n": len(values),
+    }
+
+
+def summarize(runs: list[dict]) -> dict:
+    """The overheads, their spread and the noise floor, from every run of every round.
+
+    ``runs`` carry ``mode`` (an arm), ``round`` and the figures of :func:`_figures`. The bar
+    figures are unchanged: the ratio of the instrumented arm's median to the plain arm's median.
+    """
+    def values(mode: str, key: str) -> list[float]:
+        return [r[key] for r in runs if r["mode"] == mode and r.get(key) is not None]
+
+    out: dict = {"arms": {}, "overheads": {}}
+    for mode in ARMS:
+        stats = {f"{fig}_{unit}": _spread(values(mode, f"{fig}_{unit}"))
+                 for fig in FIGURES for unit in ("gpu_ms", "wall_ms") if values(mode, f"{fig}_{unit}")}
+        if stats:
+            out["arms"][mode] = stats
+    plain = {r["round"]: r for r in runs if r["mode"] == "plain"}
+    for mode in ("instrumented", "probes"):
+        if mode not in out["arms"] or "plain" not in out["arms"]:
+            continue
+        table = {}
+        for fig in FIGURES:
+            for unit in ("gpu_ms", "wall_ms"):
+                key = f"{fig}_{unit}"
+                a, b = values("plain", key), values(mode, key)
+                if not a or not b:
+                    continue
+                paired = [r[key] / plain[r["round"]][key] - 1 for r in runs
+                          if r["mode"] == mode and r["round"] in plain and r.get(key) and plain[r["round"]].get(key)]
+                table[key] = {
+                    "ratio_of_medians": statistics.median(b) / statistics.median(a) - 1,
+                    "paired_per_round": [round(x, 5) for x in paired],
+                    "paired_min": min(paired) if paired else None,
+                    "paired_median": statistics.median(paired) if paired else None,
+                    "paired_max": max(paired) if paired else None,
+                }
+        out["overheads"][mode] = table
+    if "plain" in out["arms"]:
+        noise = {}
+        for key, stats in out["arms"]["plain"].items():
+            noise[key] = (stats["max"] - stats["min"]) / stats["median"] if stats["median"] else None
+        out["noise_floor_plain_range_over_median"] = noise
+    return out
+
+
+def _run(mode: str, steps: int, batch: int, tmp: Path, index: int, round_: int) -> dict:
     times = tmp / f"{mode}-{index}.json"
     script = [sys.executable, str(Path(__file__).resolve()), "--worker", "--steps", str(steps),
               "--batch", str(batch), "--times", str(times)]
     if mode == "plain":
         command = script
     else:
-        command = [sys.executable, "-m", "gpudoctor", "run", "--full", "--json",
+        extra = ["--no-profile"] if mode == "probes" else []
+        command = [sys.executable, "-m", "gpudoctor", "run", "--full", *extra, "--json",
                    "--out", str(tmp / f"rd-{index}"), "--", *script]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
@@ -118,8 +190,9 @@ def _run(mode: str, steps: int, batch: int, tmp: Path, index: int) -> dict:
     wall_s = time.monotonic() - start
     if result.returncode != 0 or not times.exists():
         raise RuntimeError(f"{mode} run failed (rc {result.returncode}): {result.stderr[-2000:]}")
-    record = {"mode": mode, "command": command, "process_wall_s": wall_s, **_figures(json.loads(times.read_text()))}
-    if mode == "instrumented":
+    record = {"mode": mode, "round": round_, "command": command, "process_wall_s": wall_s,
+              **_figures(json.loads(times.read_text()))}
+    if mode != "plain":
         payload = json.loads(result.stdout)
         record["status"] = payload["manifest"]["status"]
         record["findings"] = [f"{f['severity']} {f['code']}: {f['title']}" for f in payload.get("findings") or []]
@@ -133,7 +206,10 @@ def main() -> int:
     parser.add_argument("--times", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3, help="A/B pairs, alternating order")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="rounds; each runs every arm once, in an order that rotates")
+    parser.add_argument("--no-probes-arm", action="store_true",
+                        help="leave out the diagnostic probes-only arm (--no-profile)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "run_overhead.json")
     args = parser.parse_args()
     if args.worker:
@@ -144,13 +220,16 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("run_overhead: needs a CUDA GPU", file=sys.stderr)
         return 2
+    arms = ("plain", "instrumented") if args.no_probes_arm else ARMS
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            order = ("plain", "instrumented") if r % 2 == 0 else ("instrumented", "plain")
+            order = arms[r % len(arms):] + arms[:r % len(arms)]  # rotate: no arm always first
+            if (r // len(arms)) % 2:
+                order = order[::-1]  # then the mirror: each arm follows each other arm alike
             for mode in order:
-                runs.append(_run(mode, args.steps, args.batch, Path(tmp), len(runs)))
-                print(f"{mode:13s} outside {runs[-1]['outside_mean_gpu_ms']:.3f} ms/step, "
+                runs.append(_run(mode, args.steps, args.batch, Path(tmp), len(runs), r))
+                print(f"round {r} {mode:13s} outside {runs[-1]['outside_mean_gpu_ms']:.3f} ms/step, "
                       f"whole {runs[-1]['whole_total_gpu_ms']:.1f} ms", flush=True)
 
     def med(mode: str, key: str) -> float:
@@ -167,6 +246,7 @@ def main() -> int:
         "batch": args.batch,
         "rounds": args.rounds,
         "excluded_from_outside": {"warmup": list(range(WARMUP)), "window": list(WINDOW_EXCLUDED)},
+        "arms_run": list(arms),
         "runs": runs,
     }
     for key in ("gpu_ms", "wall_ms"):
@@ -176,6 +256,7 @@ def main() -> int:
     # initialisation); report what the whole process took in each mode so that cost is visible.
     result["process_wall_s_plain"] = med("plain", "process_wall_s")
     result["process_wall_s_instrumented"] = med("instrumented", "process_wall_s")
+    result["statistics"] = summarize(runs)
     result["bars"] = {"outside_window": BAR_OUTSIDE, "whole_window": BAR_WHOLE}
     result["pass_outside"] = result["overhead_outside_gpu_ms"] <= BAR_OUTSIDE
     result["pass_whole"] = result["overhead_whole_gpu_ms"] <= BAR_WHOLE
@@ -187,7 +268,28 @@ def main() -> int:
         f"{result['overhead_whole_gpu_ms'] * 100:+.2f}% (bar +5%, {'pass' if result['pass_whole'] else 'FAIL'}); "
         f"wall clock: {result['overhead_outside_wall_ms'] * 100:+.2f}% / {result['overhead_whole_wall_ms'] * 100:+.2f}%"
     )
+    for line in spread_lines(result["statistics"]):
+        print(line)
     return 0 if result["pass_outside"] and result["pass_whole"] else 1
+
+
+def spread_lines(stats: dict) -> list[str]:
+    """Plain-text lines of the spread: paired overheads per arm, the noise floor, the split."""
+    lines = []
+    noise = stats.get("noise_floor_plain_range_over_median", {}).get("outside_mean_gpu_ms")
+    if noise is not None:
+        lines.append(f"noise floor (plain runs, outside mean, CUDA events): range {noise * 100:.2f}% of median")
+    for mode, table in stats.get("overheads", {}).items():
+        for key in ("outside_mean_gpu_ms", "before_window_mean_gpu_ms", "after_window_mean_gpu_ms",
+                    "whole_total_gpu_ms", "outside_mean_wall_ms"):
+            row = table.get(key)
+            if row and row["paired_median"] is not None:
+                lines.append(
+                    f"{mode:12s} {key:26s} ratio of medians {row['ratio_of_medians'] * 100:+.2f}%; paired per round "
+                    f"min {row['paired_min'] * 100:+.2f}% median {row['paired_median'] * 100:+.2f}% "
+                    f"max {row['paired_max'] * 100:+.2f}% (n={len(row['paired_per_round'])})"
+                )
+    return lines
 
 
 if __name__ == "__main__":

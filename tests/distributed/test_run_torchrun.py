@@ -32,6 +32,8 @@ def test_two_ranks_record_and_stop_at_the_same_step(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     payload = json.loads(result.stdout)
     assert payload["manifest"]["status"] == "stopped"
+    # 14 steps on 2 busy CPU cores: rank step times differ by scheduling noise, not a straggler
+    assert "GD-RUN-STRAGGLER" not in json.dumps(payload)
     run = load_run(tmp_path / "rd")
     assert run.manifest.ranks == (0, 1) and run.manifest.world_size == 2
     assert run.manifest.steps_recorded == (14, 14)

@@ -17,7 +17,7 @@ TARGET = Path(__file__).resolve().parents[1] / "unit" / "tune" / "tiny_target.py
 def test_ranks_agree_on_the_smallest_batch(tmp_path: Path) -> None:
     out = tmp_path / "tuned.toml"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gpudoctor",
-           "tune", "batch", "--target", f"{TARGET}:uneven_target", "--json", "--steps", "2", "--out", str(out)]
+           "tune", "batch", "--target", f"{TARGET}:uneven_target", "--json", "--steps", "2", "--out", str(out), "--pick-batch", "max"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):])
@@ -28,3 +28,21 @@ def test_ranks_agree_on_the_smallest_batch(tmp_path: Path) -> None:
     from gpudoctor.train import TrainConfig
 
     assert TrainConfig.from_file(out).batch_size == 57
+
+
+@pytest.mark.distributed
+def test_ddp_knob_measures_buckets_and_hooks(tmp_path: Path) -> None:
+    out = tmp_path / "ddp.toml"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gpudoctor",
+           "tune", "ddp", "--target", f"{TARGET}:target", "--json", "--steps", "2", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    (knob,) = result["knobs"]
+    settings = [t["setting"] for t in knob["trials"]]
+    assert settings[:4] == [f"bucket_cap_mb={b} hook=none" for b in (25, 10, 50, 100)]
+    assert {s.split("hook=")[1] for s in settings[4:]} == {"fp16", "bf16"}
+    assert knob["winner"] in settings
+    from gpudoctor.train import TrainConfig
+
+    assert TrainConfig.from_file(out).parallel.bucket_cap_mb == knob["params"]["parallel.bucket_cap_mb"]

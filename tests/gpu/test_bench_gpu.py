@@ -66,7 +66,7 @@ def test_two_gpu_all_reduce_busbw_at_1gib() -> None:
     assert not skipped, skipped
     (r,) = results
     assert r.device == "2 x cuda (nccl)" and r.size == "1 GiB"
-    assert r.median == pytest.approx(r.algbw_gbs * 1.0, rel=1e-6)  # 2 ranks: busbw factor 2(n-1)/n = 1
+    assert r.median == pytest.approx(r.algbw_gbs * 1.0, rel=1e-4)  # float rounding of the median; 2 ranks: busbw factor 2(n-1)/n = 1
     (r,) = attach_peak(results, *link_peak(probe_links(2), torch.cuda.get_device_capability(0)))
     print(r)
     if _is_h200():

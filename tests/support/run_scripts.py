@@ -101,3 +101,24 @@ for epoch in range(100):
         opt.zero_grad()
         torch.cuda.empty_cache()  # the anti-pattern the probes count (a no-op without CUDA)
 """
+
+# A fused optimizer under GradScaler: it always steps (so the optimizer hook fires) and skips the
+# update inside its kernel; the skip flag exists only as the scaler's device-side found_inf.
+SCALER_FUSED = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=8)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+for epoch in range(100):
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        if epoch == 0 and i >= 4:
+            loss = loss * float("nan")  # from step 4 on: NaN loss, every step skipped
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""

@@ -151,37 +151,51 @@ def check_straggler(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """One rank is slower and the others wait for it at every collective.
 
     Two signals: ranks that do not wait for each other show it in their mean step time; ranks
-    that do (DDP) all have the same step time, but the fast ones spend the difference inside NCCL
-    (the profiler window's exposed NCCL time per rank). Expected gain = that difference as a
+    that do (DDP) all have the same step time, but the fast ones spend the difference inside the
+    collectives (the profiler window's exposed NCCL time per rank, plus its gloo collective time
+    on a gloo run, where there are no NCCL kernels). Expected gain = that difference as a
     share of the step: it is what every other rank waits.
+
+    A real straggler (the ``straggler`` workload: one rank sleeps every step) costs the same
+    milliseconds every step, for the whole run. So the rule needs ``straggler_min_steps`` steady
+    steps on every rank (fewer, and where the count starts and ends alone can make one rank's
+    mean look 10% slower in DDP lockstep) and a difference of at least ``straggler_min_ms`` per
+    step (less is one scheduler time slice on a busy host) as well as ``straggler_min_skew``.
     """
     if facts.world_size < 2 or len(facts.ranks) < 2:
         return []
+    if min(rf.stats.n_used for rf in facts.ranks) < th.straggler_min_steps:
+        return []  # too short to tell a per-step cost from start-up and scheduling skew
     step = median([rf.stats.step_ms for rf in facts.ranks]) or 0.0
     if step <= 0:
         return []
-    candidates = []  # (skew share, straggler rank, evidence)
+    candidates = []  # (lost ms per step, straggler rank, evidence)
     # mean, not median: ranks that meet in a collective every step have the same mean step
     # time, and only ranks that really drift apart differ
     times = {rf.rank: rf.stats.mean_step_ms for rf in facts.ranks}
     slow = max(times, key=times.get)
-    candidates.append(((times[slow] - min(times.values())) / step, slow,
+    candidates.append((times[slow] - min(times.values()), slow,
                        "mean step time per rank: " + ", ".join(
                            f"rank {r}: {ms(t)}" for r, t in times.items())))
-    waits = {rf.rank: rf.exposed_comm_ms for rf in facts.ranks if rf.window is not None}
+    windows = [rf.window for rf in facts.ranks if rf.window is not None]
+    waits = {rf.rank: rf.comm_wait_ms for rf in facts.ranks if rf.window is not None}
     if len(waits) >= 2:
         slow = min(waits, key=waits.get)
         others = median([w for r, w in waits.items() if r != slow]) or 0.0
-        candidates.append(((others - waits[slow]) / step, slow,
-                           "exposed NCCL wait per step: " + ", ".join(
+        kinds = [k for k, on in (("exposed NCCL", any(w.nccl_ms for w in windows)),
+                                 ("gloo", any(w.gloo_ms for w in windows))) if on]
+        candidates.append((others - waits[slow], slow,
+                           f"{' + '.join(kinds) or 'exposed NCCL'} wait per step: " + ", ".join(
                                f"rank {r}: {ms(w)}" for r, w in waits.items())))
-    skew, slow, evidence = max(candidates, key=lambda c: c[0])
-    if skew < th.straggler_min_skew:
+    lost_ms, slow, evidence = max(candidates, key=lambda c: c[0])
+    skew = lost_ms / step
+    if skew < th.straggler_min_skew or lost_ms < th.straggler_min_ms:
         return []
     return performance_finding(
         code=CODE_STRAGGLER, gain=skew, thresholds=th,
         title=f"Straggler: rank {slow} is slower; the other ranks wait {pct(skew)} of each step",
-        evidence=[evidence, f"median step {ms(step)} over {len(facts.ranks)} ranks"],
+        evidence=[evidence, f"median step {ms(step)} over {len(facts.ranks)} ranks, "
+                            f"{min(rf.stats.n_used for rf in facts.ranks)} steady steps each"],
         fix=(
             f"# find what rank {slow} does that the others don't, per step:\n"
             "#  - logging, evaluation or checkpointing on one rank inside the loop\n"

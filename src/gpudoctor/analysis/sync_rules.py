@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudoctor.analysis.facts import RankFacts, RunFacts
 from gpudoctor.analysis.prescription import ms, pct, performance_finding
 from gpudoctor.analysis.thresholds import Thresholds
-from gpudoctor.records.finding import Finding
+from gpudoctor.records.finding import Finding, Severity
 
 CODE_HOST_SYNC = "GD-RUN-HOST-SYNC"
 
@@ -14,7 +14,8 @@ def unexplained_idle(rf: RankFacts) -> float | None:
     """GPU idle share of the step not explained by waiting for data or copies.
 
     That is the idle time the host's own work causes: launching, Python, and - after a sync -
-    the gap until the next kernels are queued.
+    the gap until the next kernels are queued. The busy share is the window's GPU time per step
+    over the median un-profiled step (:attr:`RankFacts.busy_frac` says why not the window's own).
     """
     busy = rf.busy_frac
     if busy is None:
@@ -37,8 +38,12 @@ def check_host_sync(facts: RunFacts, th: Thresholds) -> list[Finding]:
     if syncs < th.sync_min_per_step:
         return []
     idle = unexplained_idle(rf)
-    if idle is None or idle < th.idle_min_share:
-        return []  # the GPU stays fed despite the syncs: reading a loss per step is then fine
+    if idle is None:
+        return []
+    if idle < th.idle_min_share:
+        # the GPU stays fed despite the syncs: reading a loss per step is then fine, and telling
+        # the user to remove them would promise a gain the records do not show
+        return [_cheap_syncs_note(rf, syncs, idle, th)]
     evidence = [
         f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",
         f"GPU idle {pct(1.0 - (rf.busy_frac or 0.0))} of a {ms(rf.stats.step_ms)} step; "
@@ -58,6 +63,40 @@ def check_host_sync(facts: RunFacts, th: Thresholds) -> list[Finding]:
             "    print(f\"loss {running_loss.item() / 100:.4f}\")\n"
             "    running_loss.zero_()"
         ),
+    )
+
+
+def _cheap_syncs_note(rf: RankFacts, syncs: float, idle: float, th: Thresholds) -> Finding:
+    """INFO, no expected gain: the loop syncs every step, but the GPU idles too little for it.
+
+    The host then blocks in the sync while the GPU works (time it would otherwise spend waiting
+    in a launch once the queue is full), so the syncs cost at most ``idle`` of the step. Worth
+    knowing, because the same loop on a faster GPU or with less GPU work per step will pay it.
+    """
+    evidence = [
+        f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",
+        f"GPU busy {pct(rf.busy_frac)} of a {ms(rf.stats.step_ms)} step; at most {pct(idle)} "
+        f"idle that data wait or copies do not explain (it matters from "
+        f"{pct(th.idle_min_share)})",
+    ]
+    if rf.window is not None and rf.window.sync_calls:
+        evidence.append(f"profiler window: {rf.window.sync_ms:.1f} ms blocked in "
+                        f"{rf.window.sync_calls} synchronising calls over {rf.window_steps} steps, "
+                        "waiting for GPU work already queued")
+    return Finding(
+        code=CODE_HOST_SYNC, severity=Severity.INFO,
+        title=f"{syncs:.0f} host sync(s) per step cost at most {pct(idle)} of it here: "
+              "too little to act on",
+        evidence=tuple(evidence),
+        fix=(
+            "# nothing to gain now; with less GPU work per step (smaller batch or model, a faster\n"
+            "# GPU) each sync stalls the launch queue - then read metrics every N steps:\n"
+            "running_loss += loss.detach()          # stays on the GPU, no sync\n"
+            "if step % 100 == 0:\n"
+            "    print(f\"loss {running_loss.item() / 100:.4f}\")\n"
+            "    running_loss.zero_()"
+        ),
+        expected_gain=None,
     )
 
 

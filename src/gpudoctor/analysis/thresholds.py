@@ -64,6 +64,17 @@ class Thresholds:
             problem (it skips one step per 2000 by design when growing the scale).
         comm_min_exposed_share: DDP communication not hidden by compute from this share of a step.
         straggler_min_skew: a rank is a straggler when it costs the others this share of a step.
+        straggler_min_ms: ... and at least this many milliseconds per step. A rank preempted once
+            per step by another runnable thread (a DataLoader worker, the sampler, another rank
+            on a shared core) loses up to one scheduler time slice, 0.75-3 ms on Linux (CFS
+            ``sched_min_granularity`` scaled by the core count); a difference under 2 ms cannot
+            be told from that. It is what fired on a 12-step, 2-rank gloo run on 2 busy CPU
+            cores (rank 0 4.67 ms, rank 1 3.01 ms per step): 1.7 ms of scheduling noise.
+        straggler_min_steps: steady steps every rank needs before the straggler rule judges.
+            Ranks that meet in a collective every step are never more than about one step apart,
+            so the means of n steps differ by up to 2 steps / n from where the count starts and
+            ends alone; below ``2 / straggler_min_skew`` = 20 steps that boundary effect can
+            reach the 10% skew by itself.
     """
 
     warmup_steps: int = 5
@@ -94,6 +105,8 @@ class Thresholds:
     scaler_max_skip_frac: float = 0.1
     comm_min_exposed_share: float = 0.10
     straggler_min_skew: float = 0.10
+    straggler_min_ms: float = 2.0
+    straggler_min_steps: int = 20
 
     def __post_init__(self) -> None:
         for f in fields(self):

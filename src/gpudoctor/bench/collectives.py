@@ -26,6 +26,7 @@ from pathlib import Path
 from gpudoctor.bench.copy import size_label
 from gpudoctor.bench.links import nvlink_gbs, pcie_gbs
 from gpudoctor.bench.protocol import Protocol, median_ms, spread, time_gpu, time_host
+from gpudoctor.core.process_group import run_process_group
 from gpudoctor.records.base import read_json, write_json
 from gpudoctor.records.bench import KIND_BENCH, BenchReport, BenchResult, BenchSkip, LinkState
 
@@ -175,7 +176,8 @@ def launch_collectives(
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("OMP_NUM_THREADS", "1")
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+            # its own process group, killed whole on a timeout: torchrun's workers hold the GPUs
+            proc = run_process_group(cmd, env=env, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             return [], [BenchSkip(section="collectives", what="torchrun", reason=f"timed out after {timeout_s:.0f} s")]
         if proc.returncode != 0 or not out.exists():

@@ -36,9 +36,12 @@ def register(app: typer.Typer) -> None:
             "auto", "--isolation", help="auto, inline or process (every trial in a fresh process)."
         ),
         no_compile: bool = typer.Option(False, "--no-compile", help="Leave out the torch.compile trial."),
+        pick_batch: str = typer.Option(
+            "knee", "--pick-batch", help="knee: write the batch where throughput flattens; max: the largest safe one."
+        ),
     ) -> None:
         """Tune batch size, DataLoader, precision, GradScaler and DDP by measuring real steps."""
-        import shlex
+        import contextlib
         import sys
 
         from gpudoctor.cli.output import EXIT_INTERRUPTED, emit_json, stderr_console, stdout_console
@@ -56,33 +59,30 @@ def register(app: typer.Typer) -> None:
         err = stderr_console()
         from gpudoctor.report.tune_view import render_tune, trial_line
 
+        # A live spinner on a terminal (the knob and the trials done so far); every finished trial
+        # also gets a line, so a log file keeps the whole story.
+        live = err.status("starting ...") if main_rank and err.is_terminal else contextlib.nullcontext()
+        done = {"trials": 0, "knob": ""}
+
         def on_trial(trial) -> None:
+            done["trials"] += 1
             if main_rank:
                 err.print(trial_line(trial), highlight=False, markup=False, style="dim")
+                if hasattr(live, "update"):
+                    live.update(f"tuning {done['knob']}: {done['trials']} trials done")
 
         def on_knob(name: str) -> None:
+            done["knob"] = name
             if main_rank:
                 err.print(f"tuning {name} ...", style="bold", highlight=False)
+                if hasattr(live, "update"):
+                    live.update(f"tuning {name}: {done['trials']} trials done")
 
         try:
-            if script is not None:
-                from gpudoctor.tune.script import tune_script
-
-                command = tuple(shlex.split(script))
-                if not command:
-                    raise GpuDoctorUserError("--script is empty; e.g. --script 'python train.py'")
-                result = tune_script([knob], command, steps=steps, on_trial=on_trial)
-            else:
-                from gpudoctor.tune.session import TuneOptions
-                from gpudoctor.tune.session import tune as run_tune
-
-                try:
-                    options = TuneOptions(max_batch=max_batch, margin=margin, budget_s=budget_s, steps=steps,
-                                          isolation=isolation, compile=not no_compile)
-                except ValueError as exc:
-                    raise GpuDoctorUserError(str(exc)) from None
-                result = run_tune([knob], target_ref=target, options=options, out=out, on_trial=on_trial,
-                                  on_knob=on_knob)
+            with live:
+                result = _run(knob, target, script, out, options_kwargs=dict(
+                    max_batch=max_batch, margin=margin, budget_s=budget_s, steps=steps, isolation=isolation,
+                    compile=not no_compile, batch_pick=pick_batch), on_trial=on_trial, on_knob=on_knob)
         except KeyboardInterrupt:
             err.print("interrupted before any trial finished", style="yellow")
             raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -95,3 +95,26 @@ def register(app: typer.Typer) -> None:
             sys.stdout.flush()
         if result.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _run(knob: str, target: str | None, script: str | None, out: str, *, options_kwargs: dict, on_trial,
+         on_knob):
+    """Call the library: a plain script through ``run --try`` knobs, or an engine target."""
+    import shlex
+
+    from gpudoctor.errors import GpuDoctorUserError
+
+    if script is not None:
+        from gpudoctor.tune.script import tune_script
+
+        command = tuple(shlex.split(script))
+        if not command:
+            raise GpuDoctorUserError("--script is empty; e.g. --script 'python train.py'")
+        return tune_script([knob], command, steps=options_kwargs["steps"], on_trial=on_trial)
+    from gpudoctor.tune.session import TuneOptions, tune
+
+    try:
+        options = TuneOptions(**options_kwargs)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
+    return tune([knob], target_ref=target, options=options, out=out, on_trial=on_trial, on_knob=on_knob)

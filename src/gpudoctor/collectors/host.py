@@ -16,32 +16,24 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.collectors.cadence import Every
 from gpudoctor.records.gpu import HostSample
-
-_COMMANDS: dict[int, str] = {}
-_COMMANDS_MAX = 4096
 
 
 def command_for_pid(pid: int) -> str:
     """The command line of ``pid`` (space-joined), or "" when it cannot be read.
 
     NVML reports host pids; inside a container (another pid namespace) they name no process or
-    a different one (nvitop #75), so a failed lookup gives "" rather than an error. Cached per
-    pid: a GPU process is looked up once, not 10 times a second.
+    a different one (nvitop #75), so a failed lookup gives "" rather than an error. Not cached
+    here: a pid is reused once its process ends, so the caller caches while it knows the process
+    lives (``GpuSampler`` keeps a pid's command while the pid stays on the GPU, failures too).
     """
-    cached = _COMMANDS.get(pid)
-    if cached is not None:
-        return cached
     try:
         import psutil
 
-        command = " ".join(psutil.Process(pid).cmdline())
+        return " ".join(psutil.Process(pid).cmdline())
     except Exception:  # NoSuchProcess, AccessDenied, ZombieProcess, psutil missing
         return ""
-    if len(_COMMANDS) >= _COMMANDS_MAX:
-        _COMMANDS.clear()
-    _COMMANDS[pid] = command
-    return command
 
 
 class HostSampler:
@@ -53,7 +45,12 @@ class HostSampler:
         on_sample: called on the sampler thread with each sample; errors go to ``last_error``.
         maxlen: samples kept (7200 = one hour at 2 Hz).
         psutil_module: a psutil-like module (test seam); ``None`` imports psutil.
-        clock: the wall clock for ``timestamp_s``.
+        clock: the wall clock for ``timestamp_s`` (the tree cadence runs on it too).
+        tree_interval: seconds between listings of the tree's members (0 = every sample).
+            Listing walks every process of the machine (psutil reads each ``/proc/PID/stat``
+            and builds a new object per descendant); in between, only the known members are
+            read, and one that exits is dropped at once. A new child shows up at the next
+            listing.
 
     The first CPU reading after start is relative to the moment the sampler was created
     (psutil measures CPU use between two calls).
@@ -68,9 +65,15 @@ class HostSampler:
         *,
         psutil_module: Any = None,
         clock: Callable[[], float] = time.time,
+        tree_interval: float = 2.0,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}; try 0.5")
+        if not tree_interval >= 0:
+            raise ValueError(
+                f"tree_interval must be >= 0 seconds (0 = every sample), got {tree_interval!r}"
+            )
+        self._tree_every = Every(tree_interval, slack=interval / 4)
         if maxlen < 1:
             raise ValueError(f"maxlen must be at least 1, got {maxlen!r}")
         self.interval = float(interval)
@@ -106,26 +109,33 @@ class HostSampler:
         self._ps.cpu_percent(interval=None)
         self._ps.cpu_percent(interval=None, percpu=True)
 
-    def _tree(self) -> tuple[tuple[int, ...], float | None, int | None]:
+    def _tree(self, now: float) -> tuple[tuple[int, ...], float | None, int | None]:
         ps = self._ps
-        try:
-            root = self._procs.get(self.root_pid) or ps.Process(self.root_pid)
-            members = [root, *root.children(recursive=True)]
-        except Exception:  # the job ended or is not ours to see
-            self._procs.clear()
-            return (), None, None
-        cpu, rss, pids, fresh = 0.0, 0, [], {}
-        for proc in members:
-            proc = self._procs.get(proc.pid, proc)
+        if not self._procs or self._tree_every.due(now):
+            try:
+                root = self._procs.get(self.root_pid) or ps.Process(self.root_pid)
+                members = [root, *root.children(recursive=True)]
+            except Exception:  # the job ended or is not ours to see
+                self._procs.clear()
+                return (), None, None
+            known = self._procs  # keep known objects: cpu_percent measures from their last call
+            self._procs = {p.pid: known.get(p.pid, p) for p in members}
+            self._tree_every.done(now)
+        cpu, rss, pids, gone = 0.0, 0, [], []
+        for pid, proc in self._procs.items():
             try:
                 with proc.oneshot():
                     cpu += proc.cpu_percent(interval=None)
                     rss += proc.memory_info().rss
-            except Exception:  # exited between listing and reading
+            except Exception:  # exited since the listing
+                gone.append(pid)
                 continue
-            fresh[proc.pid] = proc
-            pids.append(proc.pid)
-        self._procs = fresh
+            pids.append(pid)
+        for pid in gone:
+            del self._procs[pid]
+        if self.root_pid in gone:  # the job ended: list again next time (and find nothing)
+            self._procs.clear()
+            return (), None, None
         return tuple(sorted(pids)), cpu, rss
 
     def sample_once(self) -> HostSample | None:
@@ -139,7 +149,7 @@ class HostSampler:
         pids: tuple[int, ...] = ()
         tree_cpu = tree_rss = None
         if self.root_pid is not None:
-            pids, tree_cpu, tree_rss = self._tree()
+            pids, tree_cpu, tree_rss = self._tree(now)
         sample = HostSample(
             timestamp_s=now,
             cpu_pct=float(ps.cpu_percent(interval=None)),

@@ -32,6 +32,7 @@ SYNC_NAMES = frozenset(
 )
 LAUNCH_PREFIXES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel", "cudaGraphLaunch")
 TOP_N = 10
+GLOO_PREFIX = "gloo:"  # gloo's collectives as CPU ops: gloo:all_reduce, gloo:broadcast, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +234,7 @@ def reduce_events(
     kernel_totals: dict[str, list[float]] = {}
     memcpy: dict[tuple[str, bool | None], list[Any]] = {}
     cpu_ops: list[Event] = []
+    gloo: list[tuple[float, float]] = []
     sync_calls, sync_us, launches = 0, 0.0, 0
     for ev in events:
         span = (ev.start_us, ev.start_us + ev.dur_us)
@@ -262,6 +264,10 @@ def reduce_events(
             launches += 1
         elif not ev.name.startswith(("cuda", "cu", "ProfilerStep", "[")):
             cpu_ops.append(ev)
+            if ev.name.startswith(GLOO_PREFIX):
+                # waiting for the other ranks happens inside these (on gloo's worker threads); the
+                # union, so collectives in flight on two threads at once count once
+                gloo.append(span)
     busy = _union(device_spans)
     busy_ms = sum(e - s for s, e in busy) / 1000.0
     has_device = bool(device_spans)
@@ -296,6 +302,7 @@ def reduce_events(
         sync_ms=sync_us / 1000.0,
         nccl_ms=nccl_us / 1000.0,
         nccl_overlap_frac=overlap,
+        gloo_ms=sum(e - s for s, e in _union(gloo)) / 1000.0,
         launch_count=launches,
         note=note,
     )

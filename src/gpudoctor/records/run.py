@@ -129,6 +129,9 @@ class WindowSummary:
     sync_ms: float = 0.0
     nccl_ms: float = 0.0
     nccl_overlap_frac: float | None = None  # share of NCCL time overlapped by compute kernels
+    # Wall time inside gloo collectives (CPU ops named "gloo:*", run on gloo's worker threads;
+    # the union of their spans): gloo's counterpart of ``nccl_ms``, which counts only NCCL kernels.
+    gloo_ms: float = 0.0
     launch_count: int = 0  # cudaLaunchKernel (+ variants) calls
     note: str = ""  # why some figure is missing
 

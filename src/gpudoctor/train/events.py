@@ -129,7 +129,7 @@ class StepTracker:
                 self.nonfinite_steps.append(p.record.step)
         if p.start is not None and p.end is not None:
             changes["gpu_ms"] = p.start.elapsed_time(p.end)
-        if self.cuda:
+        if self.cuda and self.observers:  # memory_stats() builds a ~200-key dict: only when someone reads it
             changes["mem"] = allocator_stats(self.device)
         record = dataclasses.replace(p.record, **changes)
         self.emitted += 1

@@ -34,7 +34,8 @@ from gpudoctor.train.events import Observer, StepTracker
 from gpudoctor.train.metrics import FitResult, count_flops, format_summary, lr_scale_factor, mfu
 from gpudoctor.train.oom import MicroBatchSplit, free_memory
 from gpudoctor.train.parallel import Parallel, unwrap
-from gpudoctor.train.perf import apply_activation_checkpointing, configure_backends, maybe_compile, to_channels_last
+from gpudoctor.train.perf import (apply_activation_checkpointing, configure_backends, maybe_compile,
+                                  resolve_channels_last, to_channels_last)
 from gpudoctor.train.precision import Precision, to_fp32
 from gpudoctor.train.prefetch import CudaPrefetcher
 from gpudoctor.train.progress import ProgressBar
@@ -80,16 +81,17 @@ class Trainer:
         self.precision = Precision(cfg.precision, self.device)
         configure_backends(cfg.perf, self.device)
         apply_activation_checkpointing(model, cfg.perf.activation_checkpointing)
-        if cfg.perf.channels_last:
+        self.channels_last = resolve_channels_last(cfg.perf.channels_last, model, self.device,
+                                                   sharded=self.parallel.strategy == "fsdp")
+        if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = self.parallel.wrap(model)
         self.train_model = maybe_compile(self.model, cfg.perf)  # compile after wrapping (DDPOptimizer)
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(
-            self.model.parameters())
+            self.model.parameters())  # params -> optimizer (FSDP2's sharded params exist only now)
         self.loss_fn, self.scheduler, self.unpack = loss_fn, scheduler, unpack
         self.observers = list(observers)
-        self.sharded = self.parallel.strategy == "fsdp"
-        self.is_main = self.env.rank == 0
+        self.sharded, self.is_main = self.parallel.strategy == "fsdp", self.env.rank == 0
 
     # ----------------------------------------------------------------------------- the loop
     def fit(self, train_loader: Iterable | Dataset, *, epochs: int = 1, val_loader: Iterable | None = None) -> FitResult:
@@ -127,8 +129,7 @@ class Trainer:
         bar = ProgressBar(self.is_main and cfg.log.progress_bar, cfg.max_steps or epochs * _len(loader))
         self.train_model.train()
         skipped, consecutive_skips, samples, stopped, val_loss = 0, 0, 0, None, None
-        t_start = time.perf_counter()
-        t_last = t_start
+        t_start = t_last = time.perf_counter()
 
         while epoch < epochs and stopped is None:
             # The epoch's data order: set_epoch reshuffles; on resume, replay the epoch-start RNG so the
@@ -255,7 +256,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for i, mb in enumerate(micro):
             inputs, target = self.unpack(mb)
-            if self.config.perf.channels_last:
+            if self.channels_last:
                 inputs = to_channels_last(inputs)
             weight = (batch_size_of(mb) or 1) / total  # micro-batch means -> the whole step's mean
             # gradients are all-reduced only on the last micro-step (no_sync before it)
@@ -275,7 +276,7 @@ class Trainer:
         with torch.no_grad():
             for batch in loader:
                 inputs, target = self.unpack(move_to_device(batch, self.device))
-                if self.config.perf.channels_last:
+                if self.channels_last:
                     inputs = to_channels_last(inputs)
                 with self.precision.autocast():
                     outputs = self.train_model(inputs)
@@ -319,7 +320,7 @@ class Trainer:
         """FLOPs of one sample's forward+backward, counted once on the uncompiled module."""
         raw = unwrap(self.model)
         inputs, target = self.unpack(batch)
-        if self.config.perf.channels_last:
+        if self.channels_last:
             inputs = to_channels_last(inputs)
         rng = ckpt.rng_state()
         buffers = {k: v.clone() for k, v in raw.named_buffers()}  # e.g. BatchNorm running stats

@@ -39,6 +39,33 @@ def apply_activation_checkpointing(model: torch.nn.Module, class_names: Iterable
     return wrapped
 
 
+def resolve_channels_last(setting: bool | None, model: torch.nn.Module, device: torch.device, *,
+                          sharded: bool = False) -> bool:
+    """``perf.channels_last``: ``None`` (auto) -> on for a model with a 2-D convolution on a CUDA GPU,
+    unless the model is sharded with FSDP2 (``sharded``).
+
+    Why auto and not always: NHWC only pays where cuDNN convolutions run (bf16/tf32 NCHW convs make
+    cuDNN transpose around every layer), while for a model without convolutions it changes nothing
+    but can break a ``.view`` on 4-D inputs.
+
+    Why not under FSDP2: ``fully_shard`` refuses NHWC weights (``NotImplementedError: FSDP does not
+    support non-contiguous parameters``), and converting after sharding fails too (the sharded
+    parameters are flat views: ``RuntimeError: view size is not compatible``; both checked with
+    torch 2.14 on gloo). So auto turns it off and forcing it on is a configuration error.
+    """
+    if sharded:
+        if setting:
+            raise ValueError(
+                "perf.channels_last=true cannot be used with parallel.strategy='fsdp': FSDP2 (fully_shard) "
+                "does not support channels-last (non-contiguous) weights; set perf.channels_last to false "
+                "or leave it out (auto turns it off under FSDP2), or use parallel.strategy='ddp'"
+            )
+        return False
+    if setting is not None:
+        return setting
+    return device.type == "cuda" and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+
+
 def to_channels_last(value: object) -> object:
     """4-D float tensors -> channels-last memory format; everything else unchanged."""
     if isinstance(value, torch.Tensor) and value.dim() == 4 and value.is_floating_point():

@@ -8,8 +8,15 @@ an OOM in the eval probe must not corrupt the train result: Lightning #18985). T
 by the dataset (a batch larger than a rank's shard never runs), by host RAM (batches in flight in
 the loader: Lightning #11295) and by 65535 (larger batches hit CUDA launch-dimension limits,
 pytorch #142228, which are errors, not OOMs). Under torchrun each rank searches on its own GPU and
-the ranks take the smallest result (all-reduce MIN). The chosen batch is then run once more with
-more steps: that verifies it and measures the GPU's consumption rate the loader knob aims for.
+the ranks take the smallest result (all-reduce MIN).
+
+Which batch is written: by default (``batch_pick="knee"``) the smallest batch whose throughput is
+within 10% of the best seen — where the samples/s curve flattens. A batch beyond the knee buys
+memory use, not speed, and costs the loader: DataLoader workers each build whole batches, so a
+handful of huge batches per epoch leaves workers idle and makes every epoch start wait for a full
+batch. ``batch_pick="max"`` (``--pick-batch max``) writes the largest safe batch instead; both are
+reported. The written batch is then run once more with more steps: that verifies it and measures
+the GPU's consumption rate the loader knob aims for.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from gpudoctor.tune.search import grow_then_bisect, knee
 from gpudoctor.tune.session import BudgetSpent, TuneContext
 
 LAUNCH_DIM_CAP = 65535
+KNEE_TOLERANCE = 0.10  # the written batch: the smallest within this fraction of the best throughput
 _RAM_FRACTION = 0.25  # of the available host RAM the loader's in-flight batches may take
 
 
@@ -78,7 +86,8 @@ def caps(ctx: TuneContext) -> tuple[int, list[str]]:
 def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tuple[int, float]]):
     """Run the boundary search with one trial per probe; ``points`` gets (size, samples/s)."""
     knob = "batch" if mode == "train" else "eval_batch"
-    steps = max(2, min(ctx.options.steps, 4))  # memory only needs a few real steps
+    steps = max(2, min(ctx.options.steps, 3))  # memory only needs a few real steps (the optimizer state
+    # exists after the first; the warm-up step also runs cuDNN's algorithm search for the new shape)
 
     # Probes run eager: with torch.compile every new batch size would recompile (minutes over a
     # search), and a compiled step needs no more memory than the eager one. The chosen batch is
@@ -114,9 +123,7 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
         chosen = max(1, int(best * (1 - ctx.options.margin)))
         largest = best
     elif found.largest_fit is None:
-        return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), notes=tuple(notes),
-                          summary=f"not even a batch of {start} fits: shrink the model's memory (bf16, "
-                                  "activation checkpointing, FSDP) before tuning the batch")
+        chosen, largest = 0, 0  # still joins the collectives below: the other ranks wait there
     else:
         chosen, largest = found.chosen, found.largest_fit
         if found.capped:
@@ -128,12 +135,19 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
     chosen = ctx.agree_min(chosen)
     if ctx.world_size > 1:
         notes.append(f"ranks found {per_rank}; all use the smallest, {chosen} (all-reduce MIN)")
-    flat = knee(points, tolerance=0.05)
-    if flat is not None:
+    if chosen == 0:
+        return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), notes=tuple(notes),
+                          summary=f"not even a batch of {start} fits: shrink the model's memory (bf16, "
+                                  "activation checkpointing, FSDP) before tuning the batch")
+    flat = ctx.agree(knee(points, tolerance=KNEE_TOLERANCE))
+    if flat is not None and points:
         best_size, best_rate = max(points, key=lambda p: p[1])
-        notes.append(f"throughput flattens at batch {flat} (within 5% of the best, {best_rate:,.0f} samples/s at "
+        notes.append(f"throughput flattens at batch {flat} (within {KNEE_TOLERANCE:.0%} of the best, "
+                     f"{best_rate:,.0f} samples/s at "
                      f"batch {best_size}); larger batches buy memory use, not speed")
-    ctx.config = ctx.config.replace(batch_size=chosen)
+    knee_pick = ctx.options.batch_pick == "knee" and flat is not None and flat < chosen
+    picked = flat if knee_pick else chosen
+    ctx.config = ctx.config.replace(batch_size=picked)
 
     # The eval pass on its own: no gradients, so it usually fits a larger batch.
     eval_note = ""
@@ -149,15 +163,18 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
         except BudgetSpent:
             notes.append("time budget spent before the eval batch was probed; eval uses the train batch")
 
-    # Verify the winner with more steps; its rate is the GPU's consumption rate.
-    verify = ctx.run(ctx.spec("batch", f"batch={chosen} (chosen)", {"batch_size": chosen}, batch_size=chosen))
+    # Check the pick with more steps (the real configuration, compile included); its rate is the
+    # GPU's consumption rate the loader knob aims for.
+    verify = ctx.run(ctx.spec("batch", f"batch={picked} (chosen)", {"batch_size": picked}, batch_size=picked))
     if verify.verdict is TrialVerdict.OK:
         ctx.consumption_rate = verify.samples_per_s
     else:
         notes.append(f"the chosen batch failed its check run ({verify.verdict.value}: {verify.reason}); "
-                     "lower --margin's result by hand or rerun with --isolate")
+                     "lower it by hand or rerun with --isolation process")
+    how = "the throughput knee" if knee_pick else "the largest safe batch"
     return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), winner=verify.setting,
-                      params={"batch_size": chosen, **({"eval_batch_size": ctx.loader.eval_batch_size}
-                                                       if eval_note else {})},
-                      summary=f"per-device batch {chosen} (largest that fit: {largest}){eval_note}",
+                      params={"batch_size": picked, "max_batch_size": chosen,
+                              **({"eval_batch_size": ctx.loader.eval_batch_size} if eval_note else {})},
+                      summary=f"per-device batch {picked} ({how}); largest safe {chosen} (largest that fit: "
+                              f"{largest}){eval_note}",
                       notes=tuple(notes))

@@ -74,6 +74,10 @@ def tune_precision(ctx: TuneContext) -> KnobResult:
     def switch(field: str, name: str, skip: str | None) -> None:
         nonlocal baseline, label
         current = getattr(ctx.config.perf, field)
+        if current is None:  # "auto" (channels_last): what the engine will actually do here
+            from gpudoctor.train.perf import resolve_channels_last
+
+            current = resolve_channels_last(None, ctx.target.model_factory(), ctx.device)
         other = not current
         if skip is not None:
             ctx.skip("precision", f"{label} {name}={'on' if other else 'off'}", {f"perf.{field}": other}, skip)

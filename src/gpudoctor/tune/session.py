@@ -42,6 +42,8 @@ class TuneOptions:
             setting wins).
         isolation: ``auto``, ``inline`` or ``process`` (see :class:`TrialRunner`).
         compile: include the ``torch.compile`` trial (GPU only).
+        batch_pick: ``knee`` (write the batch where the throughput curve flattens) or ``max``
+            (write the largest safe batch).
     """
 
     max_batch: int | None = None
@@ -52,8 +54,11 @@ class TuneOptions:
     tolerance: float = 0.03
     isolation: str = "auto"
     compile: bool = True
+    batch_pick: str = "knee"
 
     def __post_init__(self) -> None:
+        if self.batch_pick not in ("knee", "max"):
+            raise ValueError(f"--pick-batch {self.batch_pick!r}: use knee or max")
         if self.max_batch is not None and self.max_batch < 1:
             raise ValueError(f"--max-batch {self.max_batch}: must be at least 1")
         if not 0 <= self.margin < 1:

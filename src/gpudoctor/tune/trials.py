@@ -14,8 +14,9 @@ previous trial released; ``isolation="process"`` runs each in a fresh ``python -
 gpudoctor.tune.trials`` child, so not even allocator fragmentation carries over.
 
 Three kinds of trial: ``train`` (real optimizer steps on batches cached on the device: the GPU's
-own consumption rate, no loader in the way), ``eval`` (the evaluation pass alone, no gradients)
-and ``loader`` (real optimizer steps fed by the real ``DataLoader``).
+own consumption rate, no loader in the way; the median step after the warm-up), ``eval`` (the
+evaluation pass alone, no gradients) and ``loader`` (real optimizer steps fed by the real
+``DataLoader``; the rate of the whole run, worker start and queue filling included).
 """
 
 from __future__ import annotations
@@ -258,12 +259,20 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
         result = trainer.fit(data, epochs=epochs)  # ends with a SYNC (the tracker's flush)
         del data
         steady = collect.records[spec.warmup:]
-        host = _median([r.step_ms for r in steady])
-        gpu = _median([r.gpu_ms for r in steady if r.gpu_ms is not None])
-        step_ms = max(v for v in (host, gpu, 0.0) if v is not None) or None
+        if spec.mode == "loader":
+            # The whole run, from the loader's first batch (workers starting, queues filling) to
+            # the last step's end on the GPU: a few steps served from a full prefetch queue would
+            # otherwise hide a loader that cannot keep up.
+            step_ms = result.elapsed_s * 1e3 / max(result.steps, 1)
+            rate = result.samples_per_s or None
+        else:
+            host = _median([r.step_ms for r in steady])
+            gpu = _median([r.gpu_ms for r in steady if r.gpu_ms is not None])
+            step_ms = max(v for v in (host, gpu, 0.0) if v is not None) or None
+            rate = spec.batch_size * 1e3 / step_ms if step_ms else None
         out.update(steps=min(result.steps, len(collect.records)), loss=result.train_loss,
                    step_ms=step_ms, data_wait_ms=_median([r.data_wait_ms for r in steady]),
-                   samples_per_s=spec.batch_size * 1e3 / step_ms if step_ms else None,
+                   samples_per_s=rate,
                    skipped_steps=result.skipped_steps if cfg.precision.dtype == "fp16" else None,
                    scaler_scale=collect.records[-1].scaler_scale if collect.records else None)
     if cuda:

@@ -1,8 +1,9 @@
-"""DDP where the last rank does extra host work every step (a sleep standing for per-rank
-logging, evaluation or a slow disk): the other ranks wait for it in every all-reduce.
-Planted: straggler rank. Run under torchrun.
+"""DDP where one rank (the last, unless ``--straggler-rank`` names another) does extra host work
+every step (a sleep standing for per-rank logging, evaluation or a slow disk): the other ranks
+wait for it in every all-reduce. Planted: straggler rank. Run under torchrun.
 
     torchrun --standalone --nproc_per_node 2 -m gpudoctor.workloads.straggler [--size ...]
+    torchrun --standalone --nproc_per_node 8 -m gpudoctor.workloads.straggler --straggler-rank 5
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=SIZES, default="small")
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--straggler-rank", type=int, default=-1,
+                        help="the rank that sleeps every step (default -1: the last rank)")
     args = parser.parse_args()
     cfg = SIZES[args.size]
     cuda = torch.cuda.is_available()
@@ -37,6 +40,9 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     rank, world = dist.get_rank(), dist.get_world_size()
+    slow_rank = args.straggler_rank % world if args.straggler_rank < 0 else args.straggler_rank
+    if not 0 <= slow_rank < world:
+        parser.error(f"--straggler-rank {args.straggler_rank}: choose a rank from 0 to {world - 1} (or -1, the last)")
     torch.manual_seed(0)
     w = cfg["width"]
     layers: list[nn.Module] = []
@@ -50,7 +56,7 @@ def main() -> None:
     y = torch.randint(0, 10, (cfg["batch"],), device=device)
 
     for step in range(args.steps):
-        if rank == world - 1:
+        if rank == slow_rank:
             time.sleep(cfg["sleep_ms"] / 1000)  # the straggler's extra work
         with torch.autocast(device.type, dtype=amp_dtype, enabled=cuda):
             loss = F.cross_entropy(model(x), y)

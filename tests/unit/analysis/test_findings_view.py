@@ -25,7 +25,8 @@ def test_basic_user_view(build, golden):
                         samples=128, h2d_bytes=1572864, h2d_pageable_bytes=1572864,
                         h2d_blocking_copies=2)
     run = build.run(steps_by_rank={0: steps}, configs={0: cfg},
-                    windows={0: build.window(gpu_busy_frac=0.26, sync_calls=5, sync_ms=4.5)},
+                    windows={0: build.window(gpu_busy_frac=0.26, wall_ms=5 * 42.0, sync_calls=5,
+                                             sync_ms=4.5)},
                     gpu=build.gpu_samples(util_gpu_pct=31.0),
                     command=("python", "-m", "gpudoctor.workloads.basic_user"))
     golden("analysis/findings_basic_user.txt", render(run))

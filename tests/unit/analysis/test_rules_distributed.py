@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpudoctor.analysis.diagnose import diagnose
+from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Severity
 
 
@@ -112,3 +115,77 @@ def test_same_index_through_different_visible_devices_is_fine(build):
     run = two_ranks(build, cfg0={"cuda_device_index": 0, "cuda_visible_devices": "0"},
                     cfg1={"cuda_device_index": 0, "cuda_visible_devices": "1"}, gpu=[])
     assert not diagnose(run)
+
+
+def cpu_ranks(build, n, ms0, ms1):
+    """Two gloo ranks on the CPU (no window, no GPU): only the step-time signal."""
+    cpu = {"device": "cpu", "cuda_device_index": None, "autocast_dtypes": ()}
+    return build.run(
+        steps_by_rank={0: build.steps(rank=0, n=n, step_ms=ms0, gpu_ms=None, mem=None),
+                       1: build.steps(rank=1, n=n, step_ms=ms1, gpu_ms=None, mem=None)},
+        configs={0: build.config(0, world_size=2, **cpu), 1: build.config(1, world_size=2, **cpu)},
+        windows={}, gpu=[], world_size=2)
+
+
+def test_straggler_needs_enough_steady_steps(build):
+    # 12 steps: 7 after warm-up; start/end skew alone can make one rank's mean 10% slower
+    short = cpu_ranks(build, 12, 40.0, 60.0)
+    assert "GD-RUN-STRAGGLER" not in by_code(diagnose(short))
+    assert "GD-RUN-STRAGGLER" in by_code(
+        diagnose(short, thresholds=Thresholds(straggler_min_steps=0)))
+    # 25 steps keep 20 after warm-up: a 20 ms per-step difference is then a straggler
+    f = by_code(diagnose(cpu_ranks(build, 25, 40.0, 60.0)))["GD-RUN-STRAGGLER"]
+    assert f.title.startswith("Straggler: rank 1 is slower")
+    assert f.evidence[1] == "median step 50.00 ms over 2 ranks, 20 steady steps each"
+
+
+def test_straggler_ignores_a_difference_of_one_scheduler_slice(build):
+    # the 2-rank gloo run on 2 busy CPU cores: 4.67 vs 3.01 ms is 43% but only 1.7 ms a step
+    noisy = cpu_ranks(build, 60, 4.67, 3.01)
+    assert "GD-RUN-STRAGGLER" not in by_code(diagnose(noisy))
+    assert "GD-RUN-STRAGGLER" in by_code(diagnose(noisy, thresholds=Thresholds(straggler_min_ms=0.0)))
+    # the same share at 10x the step time is 16.6 ms a step: a straggler
+    assert "GD-RUN-STRAGGLER" in by_code(diagnose(cpu_ranks(build, 60, 46.7, 30.1)))
+
+
+def test_straggler_nccl_wait_needs_the_floor_too(build):
+    # rank 0 waits 1.5 ms more per step in NCCL than rank 1: 37.5% of a 4 ms step, under 2 ms
+    st = {r: build.steps(rank=r, step_ms=4.0, gpu_ms=3.8, data_wait_ms=0.04, h2d_ms=0.01)
+          for r in (0, 1)}
+    run = two_ranks(build, st0=st[0], st1=st[1],
+                    win0={"wall_ms": 20.0, "nccl_ms": 10.0, "nccl_overlap_frac": 0.0},
+                    win1={"wall_ms": 20.0, "nccl_ms": 2.5, "nccl_overlap_frac": 0.0})
+    assert "GD-RUN-STRAGGLER" not in by_code(diagnose(run))
+    no_floor = diagnose(run, thresholds=Thresholds(straggler_min_ms=0.0))
+    assert by_code(no_floor)["GD-RUN-STRAGGLER"].expected_gain == 0.375
+
+
+def gloo_ranks(build, n, gloo0, gloo1, step_ms=30.0):
+    """Two gloo DDP ranks on the CPU in lockstep: equal step times, profiler windows of 5 steps
+    holding ``gloo0``/``gloo1`` ms of gloo collectives per step (no device activity)."""
+    cpu = {"device": "cpu", "cuda_device_index": None, "autocast_dtypes": ()}
+    no_gpu = dict(gpu_busy_ms=None, gpu_busy_frac=None, kernel_count=0, kernel_us_p50=None,
+                  kernel_us_p90=None, kernels_under_10us_frac=None, launch_count=0, wall_ms=5 * step_ms)
+    return build.run(
+        steps_by_rank={r: build.steps(rank=r, n=n, step_ms=step_ms, gpu_ms=None, mem=None) for r in (0, 1)},
+        configs={r: build.config(r, world_size=2, **cpu) for r in (0, 1)},
+        windows={0: build.window(0, gloo_ms=5 * gloo0, **no_gpu), 1: build.window(1, gloo_ms=5 * gloo1, **no_gpu)},
+        gpu=[], world_size=2)
+
+
+def test_straggler_on_gloo_from_collective_wait(build):
+    # measured on the CPU: rank 0 spent 21 ms a step in gloo:all_reduce, the sleeping rank 1 3.7 ms
+    f = by_code(diagnose(gloo_ranks(build, 60, 21.0, 3.7)))["GD-RUN-STRAGGLER"]
+    assert f.title.startswith("Straggler: rank 1 is slower")
+    assert f.evidence[0] == "gloo wait per step: rank 0: 21.00 ms, rank 1: 3.70 ms"
+    assert f.expected_gain == pytest.approx((21.0 - 3.7) / 30.0, abs=1e-4)  # gains are kept to 4 places
+
+
+def test_straggler_on_gloo_keeps_the_floor_and_the_steady_steps(build):
+    # 1.5 ms a step more in gloo: 37.5% of a 4 ms step, but under the 2 ms floor
+    small = gloo_ranks(build, 60, 2.0, 0.5, step_ms=4.0)
+    assert "GD-RUN-STRAGGLER" not in by_code(diagnose(small))
+    assert "GD-RUN-STRAGGLER" in by_code(diagnose(small, thresholds=Thresholds(straggler_min_ms=0.0)))
+    short = gloo_ranks(build, 12, 21.0, 3.7)
+    assert "GD-RUN-STRAGGLER" not in by_code(diagnose(short))
+    assert "GD-RUN-STRAGGLER" in by_code(diagnose(short, thresholds=Thresholds(straggler_min_steps=0)))

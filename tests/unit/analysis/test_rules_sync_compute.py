@@ -22,12 +22,32 @@ def test_host_sync_every_step(build):
     assert "loss.detach()" in f.fix
 
 
-def test_rare_syncs_or_busy_gpu_are_silent(build):
+def test_rare_syncs_are_silent(build):
     logging_every_20 = build.steps(host_syncs=lambda i: 1 if i % 20 == 0 else 0)
     run = build.run(steps_by_rank={0: logging_every_20}, windows={0: build.window(gpu_busy_frac=0.6)})
     assert "GD-RUN-HOST-SYNC" not in by_code(diagnose(run))
-    busy = build.run(steps_by_rank={0: build.steps(host_syncs=1)})  # GPU busy 92%
-    assert "GD-RUN-HOST-SYNC" not in by_code(diagnose(busy))
+
+
+def test_syncs_every_step_on_a_busy_gpu_are_only_a_note(build):
+    # the GPU stays busy 92%: the syncs cost at most 6.75% (idle 8% - data 1% - copies 0.25%);
+    # a note without a promised gain, not a prescription
+    busy = build.run(steps_by_rank={0: build.steps(host_syncs=2)},
+                     windows={0: build.window(sync_calls=10, sync_ms=15.0)})
+    f = by_code(diagnose(busy))["GD-RUN-HOST-SYNC"]
+    assert (f.severity, f.expected_gain) == (Severity.INFO, None)
+    assert f.title == "2 host sync(s) per step cost at most 6.8% of it here: too little to act on"
+    assert f.evidence[1] == ("GPU busy 92.0% of a 40.00 ms step; at most 6.8% idle that data wait "
+                             "or copies do not explain (it matters from 15.0%)")
+    assert f.evidence[2].startswith("profiler window: 15.0 ms blocked in 10 synchronising calls")
+
+
+def test_host_sync_idle_is_measured_against_the_unprofiled_step(build):
+    # the profiler slowed the window's steps to 60 ms (wall 300 ms / 5 steps) while the run's
+    # steps take 40 ms; the GPU was busy 0.6 x 300 / 5 = 36 ms a step: 90% of a real step, not 60%
+    run = build.run(steps_by_rank={0: build.steps(host_syncs=2)},
+                    windows={0: build.window(gpu_busy_frac=0.6, wall_ms=300.0)})
+    f = by_code(diagnose(run))["GD-RUN-HOST-SYNC"]
+    assert (f.severity, f.expected_gain) == (Severity.INFO, None)
 
 
 def test_host_sync_needs_a_gpu(build):

@@ -14,15 +14,15 @@ SNAPSHOT = {
         {"device": 0, "stream": 0, "total_size": 6 * GIB, "blocks": [
             {"size": 4 * GIB, "state": "active_allocated", "frames": [
                 {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator"},
-                {"filename": "/work/train.py", "line": 41, "name": "forward"},
-                {"filename": "/work/train.py", "line": 90, "name": "main"}]},
+                {"filename": "/home/me/project/train.py", "line": 41, "name": "forward"},
+                {"filename": "/home/me/project/train.py", "line": 90, "name": "main"}]},
             {"size": 2 * GIB, "state": "inactive", "frames": []},
         ]},
         {"device": 0, "stream": 0, "total_size": 1 * GIB, "blocks": [
             {"size": 1 * GIB, "state": "active_allocated", "frames": [
                 {"filename": "/usr/lib/python3/site-packages/torch/optim/adamw.py", "line": 5,
                  "name": "_init_group"},
-                {"filename": "/work/train.py", "line": 95, "name": "main"}]},
+                {"filename": "/home/me/project/train.py", "line": 95, "name": "main"}]},
         ]},
         {"device": 1, "stream": 0, "total_size": 9 * GIB, "blocks": [
             {"size": 9 * GIB, "state": "active_allocated", "frames": []}]},
@@ -35,7 +35,7 @@ def test_reduce_snapshot_keeps_live_blocks_of_the_device_and_user_frames() -> No
                            device_total_bytes=80 * GIB,
                            stats={"inactive_split_bytes.all.current": 123, "num_alloc_retries": 4})
     assert snap.allocated_bytes == 5 * GIB and snap.reserved_bytes == 7 * GIB
-    assert [b.frames[0] for b in snap.blocks] == ["/work/train.py:41 forward", "/work/train.py:95 main"]
+    assert [b.frames[0] for b in snap.blocks] == ["/home/me/project/train.py:41 forward", "/home/me/project/train.py:95 main"]
     assert snap.inactive_split_bytes == 123 and snap.alloc_retries == 4
 
 

@@ -177,6 +177,11 @@ def fake_clock():
 
 
 @pytest.fixture
+def fake_clock_factory():
+    return FakeClock
+
+
+@pytest.fixture
 def stable_commands(monkeypatch):
     """Command lines for the fake pids without depending on the processes of this machine."""
     import gpudoctor.collectors.nvml as nvml_mod

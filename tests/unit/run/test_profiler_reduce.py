@@ -54,3 +54,25 @@ def test_cpu_only_window_says_why_gpu_figures_are_missing() -> None:
 def test_busy_fraction_never_exceeds_one() -> None:
     s = reduce_events([_dev("k", 0, 5000)], rank=0, first_step=0, last_step=0, wall_ms=1.0)
     assert s.gpu_busy_frac == 1.0
+
+
+def test_gloo_collectives_count_as_communication_once_per_instant() -> None:
+    # gloo runs its collectives as CPU ops on its worker threads; two in flight at once
+    # (threads 2 and 3) count once: [100, 400] + [900, 1000] = 400 us
+    events = [
+        _cpu("c10d::allreduce_", 90, 5, thread=1),  # the enqueue on the main thread: not the wait
+        _cpu("gloo:all_reduce", 100, 200, thread=2),
+        _cpu("gloo:all_reduce", 250, 150, thread=3),
+        _cpu("gloo:broadcast", 900, 100, thread=2),
+        _cpu("aten::mm", 0, 50, thread=1),
+    ]
+    s = reduce_events(events, rank=0, first_step=10, last_step=14, wall_ms=2.0)
+    assert s.gloo_ms == pytest.approx(0.4)
+    assert s.nccl_ms == 0.0 and s.nccl_overlap_frac is None
+    assert "gloo:all_reduce" in [o.name for o in s.top_ops]  # still listed among the CPU ops
+
+
+def test_no_gloo_ops_no_gloo_time() -> None:
+    s = reduce_events([_cpu("aten::mm", 0, 10), _dev("ncclDevKernel_AllReduce", 0, 10)],
+                      rank=0, first_step=0, last_step=0, wall_ms=1.0)
+    assert s.gloo_ms == 0.0 and s.nccl_ms == pytest.approx(0.01)

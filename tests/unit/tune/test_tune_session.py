@@ -21,12 +21,13 @@ HERE = Path(__file__).parent
 REF = f"{HERE / 'tiny_target.py'}:target"
 OOM_REF = f"{HERE / 'tiny_target.py'}:oom_target"
 FAST = TuneOptions(steps=2, warmup=1)
+FAST_MAX = TuneOptions(steps=2, warmup=1, batch_pick="max")
 
 
 def test_batch_found_within_margin_of_the_known_limit(tmp_path: Path) -> None:
-    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST_MAX, out=tmp_path / "tuned.toml")
     (knob,) = result.knobs
-    assert knob.params["batch_size"] == 95  # largest fit 100, 5% margin
+    assert knob.params["batch_size"] == knob.params["max_batch_size"] == 95  # largest fit 100, 5% margin
     assert 100 * 0.9 <= knob.params["batch_size"] <= 100
     assert knob.params["eval_batch_size"] == 128  # eval probed on its own: capped by the eval set, not by 100
     sizes = [t.setting for t in knob.trials if t.verdict is TrialVerdict.OOM]
@@ -34,12 +35,21 @@ def test_batch_found_within_margin_of_the_known_limit(tmp_path: Path) -> None:
     assert any("largest batch that fit: 100" in n for n in knob.notes)
 
 
+def test_default_pick_is_the_throughput_knee_never_above_the_safe_batch() -> None:
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=None)
+    (knob,) = result.knobs
+    picked, safe = knob.params["batch_size"], knob.params["max_batch_size"]
+    assert safe == 95 and picked <= safe
+    ok_sizes = {t.params["batch_size"] for t in knob.trials if t.knob == "batch" and t.verdict is TrialVerdict.OK}
+    assert picked in ok_sizes and knob.trials[-1].setting == f"batch={picked} (chosen)"
+
+
 def test_written_config_loads_back_into_the_engine(tmp_path: Path) -> None:
     result = tune(["batch", "precision"], target_ref=REF, options=FAST, out=tmp_path / "tuned.toml")
     config = TrainConfig.from_file(result.config_path)
     loader_settings = LoaderSettings.from_file(result.loader_path)
     assert config.to_dict() == result.config
-    assert config.batch_size == result.knobs[1].params["batch_size"]
+    assert config.batch_size == result.knobs[1].params["batch_size"] <= result.knobs[1].params["max_batch_size"]
     assert loader_settings.eval_batch_size == result.loader["eval_batch_size"]
     target = load_target(REF)
     trainer = Trainer(target.model_factory(), target.optimizer_factory, target.loss_fn,
@@ -71,7 +81,8 @@ def test_cli_json(tmp_path: Path) -> None:
     from gpudoctor.cli.app import app
 
     out = tmp_path / "cfg.toml"
-    res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--json", "--out", str(out), "--steps", "2"])
+    res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--json", "--out", str(out), "--steps", "2",
+                                   "--pick-batch", "max"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout[res.stdout.index("{"):])
     assert payload["knobs"][0]["params"]["batch_size"] == 95
@@ -100,7 +111,8 @@ def test_cli_ctrl_c_prints_what_finished(tmp_path: Path, monkeypatch: pytest.Mon
 @pytest.mark.parametrize("args", [["tune", "batch"], ["tune", "nope", "--target", "x:y"],
                                   ["tune", "batch", "--target", "nomodule_here_xyz:t"],
                                   ["tune", "batch", "--target", "x:y", "--script", "python a.py"],
-                                  ["tune", "batch", "--target", OOM_REF, "--margin", "1.5"]])
+                                  ["tune", "batch", "--target", OOM_REF, "--margin", "1.5"],
+                                  ["tune", "batch", "--target", OOM_REF, "--pick-batch", "middle"]])
 def test_cli_usage_errors(args: list[str]) -> None:
     from gpudoctor.cli.app import app
 

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # 41_run_overhead — what `gpudoctor run` costs the script it watches (issue 4 bars), then the
 # GPU tests of the probes. 1 GPU (on a 2-GPU machine it uses GPU 0).
-# Budget: 90 s (6 interleaved runs of a 60-step conv-net script, ~7 s each; tests ~35 s).
+# Budget: 350 s — hot-path micro-benchmark ~20 s; 6 rounds x 3 arms = 18 runs of a 60-step
+# conv-net script, ~13 s each, ~240 s; tests ~60 s. Arms: plain, instrumented (the bars) and
+# probes-only (--no-profile, diagnostic: tells the probes' cost from the window's after-effects).
+# ROUNDS=4 trims it to ~250 s when the batch is tight (fewer rounds: a wider spread).
 # Writes to $JOB_OUT:
 #   run_overhead.json   the figures, every run, the exact command  -> commit as bench/results/run_overhead.json
-#   run_overhead.txt    the one-line verdict and each run's figures
+#   run_overhead.txt    the verdict, the spread lines and each run's figures
+#   probe_hot_path.txt  host-side us per patched call, per step boundary, per CUDA call of a step
+#                       (memory_stats, event record, lazy loss read, is_pinned) -> commit as
+#                       bench/results/probe_hot_path-h200.txt
 #   pytest-run-gpu.txt  tests/gpu/test_run_gpu.py (device figures, pageable/sync/NaN/GradScaler, --try)
 #   timings.txt         wall time and rc of each step
 set -u
@@ -18,12 +24,13 @@ timings="$JOB_OUT/timings.txt"
 step() {  # step NAME OUTFILE CMD...: run CMD with stdout+stderr to OUTFILE, record rc and wall time
   local name=$1 out=$2; shift 2
   local start=$SECONDS
-  timeout 200 "$@" >"$out" 2>&1
+  timeout "${STEP_TIMEOUT:-420}" "$@" >"$out" 2>&1
   local rc=$?
   printf '%-10s rc=%-3s %4d s  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$timings"
 }
 
-step overhead "$JOB_OUT/run_overhead.txt" python3 bench/run_overhead.py --out "$JOB_OUT/run_overhead.json"
+step hotpath "$JOB_OUT/probe_hot_path.txt" python3 bench/probe_hot_path.py
+step overhead "$JOB_OUT/run_overhead.txt" python3 bench/run_overhead.py --rounds "${ROUNDS:-6}" --out "$JOB_OUT/run_overhead.json"
 if python3 -c "import pytest" 2>/dev/null; then
   step tests "$JOB_OUT/pytest-run-gpu.txt" python3 -m pytest -m gpu tests/gpu/test_run_gpu.py -q -p no:cacheprovider
 else
@@ -32,5 +39,5 @@ fi
 
 echo "--- summary"
 cat "$timings"
-tail -n 1 "$JOB_OUT/run_overhead.txt"
+grep -E "^(outside the window|noise floor|instrumented|probes)" "$JOB_OUT/run_overhead.txt"
 tail -n 3 "$JOB_OUT/pytest-run-gpu.txt"

@@ -78,17 +78,20 @@ def _patch_tensor(torch: Any) -> None:
     Tensor = torch.Tensor
     orig_to, orig_cuda, orig_copy = Tensor.to, Tensor.cuda, Tensor.copy_
 
+    # Per call, only what the source's side needs: a tensor already on the GPU (most .to calls
+    # in a step: dtype/layout casts) cannot be a host-to-device copy, so it is not timed.
     def to(self, *args, **kwargs):
         if S.quiet or _is_compiling():
             return orig_to(self, *args, **kwargs)
+        if self.is_cuda:
+            out = orig_to(self, *args, **kwargs)
+            if out is not self and not out.is_cuda and not _non_blocking(args, kwargs):
+                S.syncs += 1  # device to host, blocking: the host waits for the GPU
+            return out
         t0 = _perf()
         out = orig_to(self, *args, **kwargs)
-        if out is not self:
-            src_cuda, dst_cuda = self.is_cuda, out.is_cuda
-            if dst_cuda and not src_cuda:
-                _note_h2d(self, t0, _non_blocking(args, kwargs))
-            elif src_cuda and not dst_cuda and not _non_blocking(args, kwargs):
-                S.syncs += 1
+        if out is not self and out.is_cuda:
+            _note_h2d(self, t0, _non_blocking(args, kwargs))
         return out
 
     def cuda(self, *args, **kwargs):
@@ -102,14 +105,15 @@ def _patch_tensor(torch: Any) -> None:
     def copy_(self, src, *args, **kwargs):
         if S.quiet or _is_compiling():
             return orig_copy(self, src, *args, **kwargs)
+        if not self.is_cuda:
+            out = orig_copy(self, src, *args, **kwargs)
+            if getattr(src, "is_cuda", False) and not _non_blocking(args, kwargs):
+                S.syncs += 1  # device to host, blocking
+            return out
         t0 = _perf()
         out = orig_copy(self, src, *args, **kwargs)
-        dst_cuda = self.is_cuda
-        src_cuda = getattr(src, "is_cuda", False)
-        if dst_cuda and not src_cuda and isinstance(src, torch.Tensor):
+        if isinstance(src, Tensor) and not src.is_cuda:
             _note_h2d(src, t0, _non_blocking(args, kwargs))
-        elif src_cuda and not dst_cuda and not _non_blocking(args, kwargs):
-            S.syncs += 1
         return out
 
     for name, fn in (("to", to), ("cuda", cuda), ("copy_", copy_)):
@@ -291,22 +295,21 @@ def _patch_amp(torch: Any) -> None:
 
     def step(self, optimizer, *args, **kwargs):
         S.hook_fired = False
-        # A fused optimizer always steps and skips inside its kernel: found-inf is read lazily.
-        S.scaler_fused = fused = bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+        enabled = self.is_enabled()
+        # A fused optimizer always steps and skips inside its kernel: the optimizer hook reads
+        # the scaler's device-side found-inf flag lazily (probes._fused_found_inf).
+        fused = enabled and bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+        S.scaler_fused = self if fused else None
         was_quiet, S.quiet = S.quiet, True  # its found-inf check is a required sync: not counted
         try:
             result = orig_step(self, optimizer, *args, **kwargs)
         finally:
             S.quiet = was_quiet
-            S.scaler_fused = False
-        if self.is_enabled():
-            if not S.hook_fired:
-                probes.scaler_skipped_step(optimizer)
-            elif fused:
-                state = getattr(self, "_per_optimizer_states", {}).get(id(optimizer), {})
-                found = state.get("found_inf_per_device") or {}
-                if found:
-                    probes.record_found_inf(list(found.values()))
+            S.scaler_fused = None
+        if enabled and not S.hook_fired:
+            # The scaler found inf/NaN (its own .item() above) and never called
+            # optimizer.step(): no hook fired, so the step boundary is recorded here.
+            probes.scaler_skipped_step(optimizer)
         return result
 
     def update(self, *args, **kwargs):

@@ -7,8 +7,14 @@ lazily a step or more later (:class:`~gpudoctor.collectors.instrument.lazy.LazyV
 
 Step boundaries come from ``torch.optim.optimizer.register_optimizer_step_post_hook`` (every
 optimizer, no change to the script). With several optimizers (a GAN) the first one that steps
-defines the step. A step the GradScaler skips (inf/NaN gradients) never calls
-``optimizer.step``; the GradScaler probe reports it as a skipped step instead.
+defines the step. GradScaler (inf/NaN gradients) skips a step in one of two ways:
+
+* a plain optimizer: ``scaler.step`` never calls ``optimizer.step`` (its own found-inf
+  ``.item()`` decided that on the host), so no hook fires; the GradScaler wrapper records the
+  boundary itself, with ``scaler_skipped=True``;
+* a fused optimizer (``fused=True``): ``optimizer.step`` runs and the kernel skips the update;
+  the hook reads the scaler's device-side ``found_inf`` lazily, like the loss — no added sync,
+  and the stopping step of ``--steps`` gets its flag too.
 
 ``--steps N``: after the N-th optimizer step every rank flushes its records and leaves with
 ``os._exit(0)`` from inside the hook. ``os._exit`` because user code may catch ``SystemExit``
@@ -93,11 +99,11 @@ def _prewarm_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     S.info["prewarmed"] = True
     from gpudoctor.collectors import profiler_window
 
-    S.quiet = True
+    was_quiet, S.quiet = S.quiet, True
     try:
         note = profiler_window.prewarm()
     finally:
-        S.quiet = False
+        S.quiet = was_quiet
     if note:
         S.info["window_note"] = note
 
@@ -111,7 +117,31 @@ def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     elif S.primary() is not optimizer:
         return
     S.hook_fired = True
-    boundary(skipped=None if S.scaler_fused or not S.scaler_seen else False)
+    if S.scaler_fused is not None:
+        # A fused optimizer steps even when the gradients hold inf/NaN and skips the update
+        # inside its kernel: whether it did is only on the device. Read the flag here, inside
+        # the step, so the step's record gets it even when --steps stops the script right now.
+        boundary(skipped=None, found_inf=_fused_found_inf(S.scaler_fused, optimizer))
+    else:
+        # Plain optimizer under an enabled GradScaler: it only calls optimizer.step() when no
+        # inf/NaN was found, so reaching this hook means the step was taken.
+        boundary(skipped=False if S.scaler_seen else None)
+
+
+def _fused_found_inf(scaler: Any, optimizer: Any) -> Any:
+    """The device tensor GradScaler handed a fused optimizer as its skip flag (> 0: skipped).
+
+    ``GradScaler.step`` sets ``optimizer.found_inf`` (the sum of its per-device found-inf
+    flags) for the duration of ``optimizer.step``; optimizers that still take the older
+    ``grad_scaler=`` argument leave the flags in the scaler's per-optimizer state instead.
+    Both are device tensors: nothing here waits for the GPU.
+    """
+    found = getattr(optimizer, "found_inf", None)
+    if found is not None:
+        return found
+    states = getattr(scaler, "_per_optimizer_states", None) or {}
+    flags = (states.get(id(optimizer)) or {}).get("found_inf_per_device") or {}
+    return list(flags.values()) or None
 
 
 def scaler_skipped_step(optimizer: Any) -> None:
@@ -126,11 +156,17 @@ def scaler_skipped_step(optimizer: Any) -> None:
     boundary(skipped=True)
 
 
-def boundary(*, skipped: bool | None) -> None:
-    """End the current step: close its record, read what is ready, maybe flush or stop."""
+def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
+    """End the current step: close its record, read what is ready, maybe flush or stop.
+
+    Args:
+        skipped: whether GradScaler skipped the step, when the host already knows it.
+        found_inf: a fused optimizer's device-side skip flag (a tensor, or a list of per-device
+            tensors), read lazily into ``scaler_skipped`` like the loss.
+    """
     now = time.perf_counter()
     step = S.step
-    S.quiet = True
+    was_quiet, S.quiet = S.quiet, True  # inside GradScaler.step the scaler's wrapper set it
     try:
         fields: dict[str, Any] = {
             "rank": S.rank,
@@ -159,6 +195,11 @@ def boundary(*, skipped: bool | None) -> None:
         if loss is not None:
             waiting.update(("loss", "loss_finite"))
             _apply(S.lazy.push(step, "loss", loss, finite_field="loss_finite"))
+        if found_inf is not None:
+            if isinstance(found_inf, list):
+                found_inf = sum(t.float() for t in found_inf)  # device ops: no sync
+            waiting.add("scaler_skipped")
+            _apply(S.lazy.push(step, "scaler_skipped", found_inf))
         _apply(S.lazy.poll())
         S.step = step + 1
         S.reset_step()
@@ -173,7 +214,7 @@ def boundary(*, skipped: bool | None) -> None:
             write_config()
         _flush_ready(force=step == 0)
     finally:
-        S.quiet = False
+        S.quiet = was_quiet
     if S.steps_limit is not None and S.step >= S.steps_limit:
         from gpudoctor.collectors.instrument.ending import stop
 
@@ -234,26 +275,11 @@ def record_scale(scale: Any) -> None:
     step = S.step - 1
     if step in S.waiting:
         S.waiting[step].add("scaler_scale")
-    S.quiet = True
+    was_quiet, S.quiet = S.quiet, True
     try:
         _apply(S.lazy.push(step, "scaler_scale", scale))
     finally:
-        S.quiet = False
-
-
-def record_found_inf(found: list) -> None:
-    """Queue GradScaler's found-inf flags (device tensors) as ``scaler_skipped`` of the last step."""
-    if not is_owner() or S.finished or S.step == 0:
-        return
-    step = S.step - 1
-    if step in S.waiting:
-        S.waiting[step].add("scaler_skipped")
-    S.quiet = True
-    try:
-        total = sum(t.float() for t in found)  # a device op: no sync
-        _apply(S.lazy.push(step, "scaler_skipped", total))
-    finally:
-        S.quiet = False
+        S.quiet = was_quiet
 
 
 def _apply(results: list) -> None:
@@ -272,6 +298,9 @@ def _set(step: Any, field: str, value: Any) -> None:
 
 
 def _flush_ready(*, force: bool = False, final: bool = False) -> None:
+    now = time.perf_counter()
+    if not (force or final or now - S.last_flush >= FLUSH_EVERY_S or len(S.pending) > FLUSH_EVERY_STEPS):
+        return  # most steps: nothing due, and no scan of the pending steps
     ready = []
     for step in sorted(S.pending):
         if not final and step >= S.step - 1:
@@ -279,7 +308,6 @@ def _flush_ready(*, force: bool = False, final: bool = False) -> None:
         if S.waiting.get(step) and not final and S.step - step <= MAX_LAG_STEPS:
             break  # keep the file in step order: wait for the oldest
         ready.append(step)
-    now = time.perf_counter()
     if not ready or not (force or final or now - S.last_flush >= FLUSH_EVERY_S or len(ready) >= FLUSH_EVERY_STEPS):
         return
     if S.writer is None:
@@ -305,6 +333,32 @@ def _window_boundary(step: int) -> None:
     if step + 1 == first and S.profiler is None:
         S.profiler = profiler_window.Window.start(rank=S.rank, first_step=first)
     elif step == last and S.profiler is not None:
+        _let_cupti_tear_down()
         S.profiler.stop(last_step=step)
+
+
+def _let_cupti_tear_down() -> None:
+    """Ask Kineto to detach CUPTI when the window stops, so later steps run unobserved.
+
+    Kineto keeps CUPTI subscribed after a profiler stops unless ``TEARDOWN_CUPTI=1``
+    (pytorch/pytorch#144455: training stayed slower after profiling had finished); every step
+    after our window would pay for it. The window is the last profiler use of the run, so the
+    teardown is safe; it is left alone where someone already chose (the variable is set) or
+    torch has asked for no re-init (``DISABLE_CUPTI_LAZY_REINIT``, set for CUDA graphs), and on
+    CUDA before 12.6, where teardown and CUDA graphs crash together. The variable stays set:
+    Kineto reads it while it stops, possibly on its own thread.
+    """
+    if "TEARDOWN_CUPTI" in os.environ or "DISABLE_CUPTI_LAZY_REINIT" in os.environ:
+        return
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return  # a CPU-only window never started CUPTI
+    try:
+        major, minor = (int(x) for x in (torch.version.cuda or "0.0").split(".")[:2])
+    except ValueError:
+        return
+    if (major, minor) >= (12, 6):
+        os.environ["TEARDOWN_CUPTI"] = "1"
 
 

@@ -32,12 +32,11 @@ class State:
         self.t_origin = time.perf_counter()
         self.t_last = self.t_origin
         self.primary: Any = None  # weakref to the optimizer that defines steps
-        self.in_scaler_step = False
         self.hook_fired = False
         self.last_scaled: tuple[int, Any] | None = None  # (id(scaled loss), unscaled loss)
         self.last_loss: Any = None
         self.scaler_seen = False
-        self.scaler_fused = False  # inside GradScaler.step with a fused optimizer
+        self.scaler_fused: Any = None  # the GradScaler inside whose step() a fused optimizer steps
         self.reset_step()
         self.pending: dict[int, dict[str, Any]] = {}
         self.waiting: dict[int, set[str]] = {}

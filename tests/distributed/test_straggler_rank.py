@@ -1,0 +1,44 @@
+"""``gpudoctor.workloads.straggler --straggler-rank R`` plants the slow rank where it is asked.
+
+Two gloo ranks under ``gpudoctor run``; the slow rank is 0 (not the default, the last rank). In
+the run's profiler windows the rank the others wait for spends the least time in gloo collectives.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.records.rundir import load_run
+from gpudoctor.workloads import WORKLOADS
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _gloo_ms_per_step(window) -> float:
+    steps = window.last_step - window.first_step + 1
+    return sum(op.total_us for op in window.top_ops if op.name.startswith("gloo:")) / 1000.0 / steps
+
+
+@pytest.mark.distributed
+def test_rank_zero_can_be_the_straggler(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    env["OMP_NUM_THREADS"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    argv = WORKLOADS["straggler"].argv(size="tiny", steps=40, python=sys.executable, nproc=2)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "run", "--steps", "20", "--out", "rd", "--", *argv,
+         "--straggler-rank", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = load_run(tmp_path / "rd")
+    waits = {rank: _gloo_ms_per_step(w) for rank, w in run.windows.items()}
+    assert set(waits) == {0, 1}
+    # tiny size sleeps 20 ms per step on the slow rank: the other rank waits for most of it
+    assert waits[1] - waits[0] > 10.0, waits
