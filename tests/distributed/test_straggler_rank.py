@@ -1,7 +1,8 @@
 """``gpudoctor.workloads.straggler --straggler-rank R`` plants the slow rank where it is asked.
 
 Two gloo ranks under ``gpudoctor run``; the slow rank is 0 (not the default, the last rank). In
-the run's profiler windows the rank the others wait for spends the least time in gloo collectives.
+the run's profiler windows the rank the others wait for spends the least time in gloo collectives,
+and ``diagnose`` names it from that.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.analysis.diagnose import diagnose
 from gpudoctor.records.rundir import load_run
 from gpudoctor.workloads import WORKLOADS
 
@@ -30,9 +32,9 @@ def test_rank_zero_can_be_the_straggler(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
     env["OMP_NUM_THREADS"] = "1"
     env["CUDA_VISIBLE_DEVICES"] = ""
-    argv = WORKLOADS["straggler"].argv(size="tiny", steps=40, python=sys.executable, nproc=2)
+    argv = WORKLOADS["straggler"].argv(size="tiny", steps=50, python=sys.executable, nproc=2)
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "run", "--steps", "20", "--out", "rd", "--", *argv,
+        [sys.executable, "-m", "gpudoctor", "run", "--steps", "30", "--out", "rd", "--", *argv,
          "--straggler-rank", "0"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )
@@ -42,3 +44,8 @@ def test_rank_zero_can_be_the_straggler(tmp_path: Path) -> None:
     assert set(waits) == {0, 1}
     # tiny size sleeps 20 ms per step on the slow rank: the other rank waits for most of it
     assert waits[1] - waits[0] > 10.0, waits
+    # and the straggler rule reads the same wait (the window's gloo_ms) and names rank 0; 30 steps
+    # recorded leave the 20 steady steps per rank it needs after warm-up
+    straggler = [f for f in diagnose(run) if f.code == "GD-RUN-STRAGGLER"]
+    assert len(straggler) == 1 and straggler[0].title.startswith("Straggler: rank 0 is slower"), straggler
+    assert straggler[0].evidence[0].startswith("gloo wait per step: rank 0: ")

@@ -6,13 +6,13 @@ they describe the script's steady state.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
+from gpudoctor.analysis.steps import median as _median
+from gpudoctor.analysis.steps import steady_steps as _steady
+from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.step import StepRecord
-
-WARMUP_STEPS = 5
 
 STATUS_WORDS = {
     "completed": "ran to its end",
@@ -44,13 +44,9 @@ class StepStats:
 
 
 def steady_steps(steps: list[StepRecord], window: tuple[int, ...] = ()) -> list[StepRecord]:
-    """Drop warm-up steps and the profiler window's steps; keep all when too few remain."""
-    kept = [s for s in steps if s.step >= WARMUP_STEPS and not (window and window[0] <= s.step <= window[-1])]
-    return kept if len(kept) >= 3 else list(steps[1:] or steps)
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+    """The steady steps, chosen exactly as the analysis chooses them (warm-up and the profiler
+    window dropped), so the summary, the --try table and the findings quote the same steps."""
+    return _steady(steps, Thresholds(), (window[0], window[-1]) if window else None)
 
 
 def step_stats(rank: int, steps: list[StepRecord], window: tuple[int, ...] = ()) -> StepStats:
