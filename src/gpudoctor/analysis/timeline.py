@@ -28,8 +28,40 @@ class GpuSeries:
     power_limit_w: float | None = None
 
 
-def gpu_series(samples: list[GpuSample]) -> list[GpuSeries]:
-    """Group samples by GPU index, in time order, with time relative to the first sample."""
+MAX_POINTS = 1200  # per line: beyond this a chart shows no more detail, only gets slower
+
+
+def _bucket_mean(values: list[float | None], size: int) -> list[float | None]:
+    out: list[float | None] = []
+    for i in range(0, len(values), size):
+        chunk = [v for v in values[i:i + size] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else None)
+    return out
+
+
+def gpu_series(samples: list[GpuSample], *, max_points: int = MAX_POINTS) -> list[GpuSeries]:
+    """Group samples by GPU index, in time order, with time relative to the first sample.
+
+    A GPU with more than ``max_points`` samples is averaged over equal groups of consecutive
+    samples (a 10-minute run at 10 Hz: 6,000 samples -> 1,200 points of 0.5 s each).
+    """
+    series = _gpu_series(samples)
+    return [_downsample(s, max_points) for s in series]
+
+
+def _downsample(s: GpuSeries, max_points: int) -> GpuSeries:
+    if len(s.t_s) <= max_points:
+        return s
+    size = -(-len(s.t_s) // max_points)  # ceil
+    return GpuSeries(
+        index=s.index, name=s.name, t_s=[s.t_s[i] for i in range(0, len(s.t_s), size)],
+        util_pct=_bucket_mean(s.util_pct, size), mem_used_gib=_bucket_mean(s.mem_used_gib, size),
+        power_w=_bucket_mean(s.power_w, size), mem_total_gib=s.mem_total_gib,
+        power_limit_w=s.power_limit_w,
+    )
+
+
+def _gpu_series(samples: list[GpuSample]) -> list[GpuSeries]:
     if not samples:
         return []
     t0 = min(s.timestamp_s for s in samples)
@@ -61,6 +93,7 @@ class StepBreakdown:
     """
 
     rank: int
+    group: int = 1  # steps averaged into each entry (1: every step drawn)
     step: list[int] = field(default_factory=list)
     data_wait_ms: list[float] = field(default_factory=list)
     h2d_ms: list[float] = field(default_factory=list)
@@ -69,8 +102,24 @@ class StepBreakdown:
     step_ms: list[float] = field(default_factory=list)
 
 
-def step_breakdown(rank: int, steps: list[StepRecord]) -> StepBreakdown:
-    """Split each step's wall time into data wait, H2D issue time, GPU compute and the rest."""
+def step_breakdown(rank: int, steps: list[StepRecord], *, max_points: int = MAX_POINTS) -> StepBreakdown:
+    """Split each step's wall time into data wait, H2D issue time, GPU compute and the rest.
+
+    More than ``max_points`` steps are averaged over equal groups of consecutive steps
+    (``group`` says how many; ``step`` is each group's first step).
+    """
+    out = _step_breakdown(rank, steps)
+    if len(out.step) <= max_points:
+        return out
+    size = -(-len(out.step) // max_points)
+    return StepBreakdown(
+        rank=rank, group=size, step=out.step[::size],
+        **{name: [round(v, 3) for v in _bucket_mean(getattr(out, name), size)]  # type: ignore[misc]
+           for name in ("data_wait_ms", "h2d_ms", "compute_ms", "other_ms", "step_ms")},
+    )
+
+
+def _step_breakdown(rank: int, steps: list[StepRecord]) -> StepBreakdown:
     out = StepBreakdown(rank=rank)
     for rec in sorted(steps, key=lambda r: r.step):
         total = max(rec.step_ms, 0.0)
@@ -122,3 +171,12 @@ def memory_series(rank: int, steps: list[StepRecord], *, warmup_steps: int = 3) 
         slope_gib_per_step=fit.slope,
         intercept_gib=fit.intercept,
     )
+
+
+def slowest_rank(step_ms: dict[int, list[float]]) -> int:
+    """The rank with the largest median step time (ties: the lowest rank)."""
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        return ordered[len(ordered) // 2] if ordered else 0.0
+
+    return max(sorted(step_ms), key=lambda r: median(step_ms[r]))

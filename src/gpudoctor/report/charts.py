@@ -80,6 +80,8 @@ def step_chart(breakdown: StepBreakdown):
     data = {"step": breakdown.step, **{p: getattr(breakdown, p) for p in PARTS},
             "total": breakdown.step_ms}
     title = f"Step time breakdown, rank {breakdown.rank}"
+    if breakdown.group > 1:
+        title += f", averaged over groups of {breakdown.group} steps"
     ordered = sorted(breakdown.step_ms)
     top = _y_top(ordered)
     if ordered and ordered[-1] > top:  # warm-up steps (CUDA init, cuDNN autotune) dwarf the rest
@@ -89,7 +91,7 @@ def step_chart(breakdown: StepBreakdown):
         from bokeh.models import Range1d
 
         fig.y_range = Range1d(0, top)
-    fig.vbar_stack(list(PARTS), x="step", width=0.85, color=list(PALETTE[:4]),
+    fig.vbar_stack(list(PARTS), x="step", width=0.85 * breakdown.group, color=list(PALETTE[:4]),
                    source=ColumnDataSource(data), legend_label=list(PART_LABELS))
     fig.select_one(HoverTool).tooltips = [("step", "@step"), ("total", "@total{0.0} ms")] + [
         (label, f"@{part}{{0.0}} ms") for part, label in zip(PARTS, PART_LABELS)
@@ -119,6 +121,19 @@ def memory_chart(mem: MemorySeries):
                                           ("reserved", "@reserved{0.000} GiB"),
                                           ("peak", "@peak{0.000} GiB")]
     fig.legend.location = "top_left"
+    fig.legend.click_policy = "hide"
+    return fig
+
+
+def rank_overlay_chart(series: dict[int, tuple[list[int], list[float]]], title: str, unit: str):
+    """One line per rank (x: optimizer step) — for runs with many ranks."""
+    from bokeh.models import HoverTool
+
+    fig = _figure(title, unit, "optimizer step")
+    for i, (rank, (xs, ys)) in enumerate(sorted(series.items())):
+        fig.line(xs, ys, color=PALETTE[i % len(PALETTE)], line_width=1.2, legend_label=f"rank {rank}")
+    fig.select_one(HoverTool).tooltips = [("step", "$x{0}"), (unit, "$y{0.00}")]
+    fig.legend.location = "top_right"
     fig.legend.click_policy = "hide"
     return fig
 

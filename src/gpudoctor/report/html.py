@@ -19,7 +19,10 @@ from gpudoctor.records.rundir import REPORT, RunData
 from gpudoctor.report import charts
 from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
 
-MAX_RANK_CHARTS = 8  # beyond this, per-rank charts are drawn for the first ranks only
+# Each chart is a Bokeh document model, and building them is what costs time: with more ranks
+# than this, the per-rank breakdown is drawn for rank 0 and the slowest rank only, and every
+# rank's step time and allocated memory share one overlay chart each.
+MAX_RANK_CHARTS = 2
 
 
 def _when(ts: float | None) -> str:
@@ -68,10 +71,20 @@ def build_figures(run: RunData) -> dict[str, object]:
         figures["gpu_mem"] = charts.gpu_chart(series, "mem_used_gib", "GPU memory used", "GiB")
         if any(v is not None for s in series for v in s.power_w):
             figures["gpu_power"] = charts.gpu_chart(series, "power_w", "GPU power", "W")
-    for rank in sorted(run.steps)[:MAX_RANK_CHARTS]:
+    ranks = [r for r in sorted(run.steps) if run.steps[r]]
+    if len(ranks) > MAX_RANK_CHARTS:
+        breakdowns = {r: timeline.step_breakdown(r, run.steps[r]) for r in ranks}
+        figures["steps_ranks"] = charts.rank_overlay_chart(
+            {r: (b.step, b.step_ms) for r, b in breakdowns.items()}, "Step time per rank", "ms")
+        memories = {r: timeline.memory_series(r, run.steps[r]) for r in ranks}
+        if any(m.step for m in memories.values()):
+            figures["memory_ranks"] = charts.rank_overlay_chart(
+                {r: (m.step, m.allocated_gib) for r, m in memories.items() if m.step},
+                "Allocated memory per rank", "GiB")
+        slowest = timeline.slowest_rank({r: b.step_ms for r, b in breakdowns.items()})
+        ranks = sorted({ranks[0], slowest})
+    for rank in ranks:
         steps = run.steps[rank]
-        if not steps:
-            continue
         figures[f"steps_rank{rank}"] = charts.step_chart(timeline.step_breakdown(rank, steps))
         mem = timeline.memory_series(rank, steps)
         if mem.step:

@@ -38,7 +38,8 @@ def test_output_and_exit_code_come_back_from_its_own_group() -> None:
 def test_timeout_kills_the_launchers_children_too(tmp_path: Path) -> None:
     pid_file = tmp_path / "worker.pid"
     with pytest.raises(subprocess.TimeoutExpired):
-        run_process_group([sys.executable, "-c", LAUNCHER, str(pid_file)], timeout_s=5)  # ample for two interpreters to start on a busy host
+        # 5 s: ample for two interpreters to start on a busy host
+        run_process_group([sys.executable, "-c", LAUNCHER, str(pid_file)], timeout_s=5)
     worker = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while _alive(worker) and time.monotonic() < deadline:

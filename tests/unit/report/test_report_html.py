@@ -85,3 +85,14 @@ def test_verified_fix_section(tmp_path) -> None:
     assert "The fix, verified" in html and "--try num_workers=8,pin_memory" in html
     assert "<td>throughput (samples/s)</td><td>7,210.0</td><td>29,286.9</td><td>+306%</td>" in html
     assert "measured gain: +306% throughput with num_workers=8, pin_memory" in html
+
+
+def test_many_ranks_share_overlay_charts(tmp_path) -> None:
+    """With more than two ranks: one step-time and one memory overlay, plus the per-rank
+    breakdown of rank 0 and of the slowest rank only (chart count stays bounded)."""
+    from gpudoctor.report.html import build_figures
+
+    names = list(build_figures(load_run(make_run(tmp_path / "run", ranks=4, seconds=5))))
+    # every rank has the same steps here, so the slowest is rank 0 (ties go to the lowest rank)
+    assert names == ["gpu_util", "gpu_mem", "gpu_power", "steps_ranks", "memory_ranks",
+                     "steps_rank0", "memory_rank0"]
