@@ -58,3 +58,111 @@ def test_estimate_matches_a_real_run_within_15_percent() -> None:
     config = EstimateConfig(batch_size=256, device="cuda")
     measured = measure_point(model, make, 256, config, torch.device("cuda")).peak_allocated_bytes
     assert abs(est.peak_bytes - measured) / measured < 0.15, (est.peak_bytes, measured)
+
+
+# ---- gpudoctor memory run -----------------------------------------------------------------------
+
+MEMORY_TRAIN = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.cuda.set_device(0)
+model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+data = DataLoader(TensorDataset(torch.randn(512, 1024)), batch_size=64, pin_memory=True)
+for epoch in range(10):
+    for (x,) in data:
+        x = x.cuda(non_blocking=True)
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+"""
+
+MEMORY_OOM = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+model = nn.Linear(256, 256).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = DataLoader(TensorDataset(torch.randn(64, 256)), batch_size=8)
+held = []
+
+def hold_two_gib():
+    held.append(torch.empty(2 << 30, dtype=torch.uint8, device="cuda"))  # the planted holder
+
+for step, (x,) in enumerate(data):
+    x = x.cuda()
+    loss = model(x).sum()
+    if step == 1:
+        hold_two_gib()
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.empty(total, dtype=torch.uint8, device="cuda")  # cannot fit: the OOM
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _memory_run(tmp_path, script: str, *args: str):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "train.py").write_text(script, encoding="utf-8")
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p))
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "memory", "run", *args, "--json", "--out", "rd", "--",
+         sys.executable, "train.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+def test_memory_run_stage_table_on_gpu(tmp_path) -> None:
+    result, payload = _memory_run(tmp_path, MEMORY_TRAIN, "--steps", "8", "--stages", "3")
+    assert result.returncode == 0, result.stderr
+    memory = payload["memory"]
+    assert memory["on_gpu"] is True
+    order = [(r["stage"], r["step"]) for r in memory["rows"]]
+    # the script calls zero_grad between its forward and backward: a stage of its own
+    assert order[:6] == [("model", 0), ("batch", 0), ("zero_grad", 0), ("forward", 0), ("backward", 0),
+                         ("optimizer", 0)]
+    assert order[-1] == ("optimizer", 2) and len(order) == 1 + 5 * 3
+    freed = [r for r in memory["rows"] if r["stage"] == "zero_grad" and r["step"] == 2]
+    assert freed and freed[0]["freed_bytes"] > 0  # step 1's gradients, freed by set_to_none
+    param_bytes = 4 * (1024 * 1024 + 1024) * 4
+    parts = memory["parts"]
+    assert abs(parts["model_bytes"] - param_bytes) / param_bytes < 0.05, parts
+    assert abs(parts["optimizer_first_bytes"] - 2 * param_bytes) / (2 * param_bytes) < 0.1, parts
+    assert abs(parts["gradient_bytes"] - param_bytes) / param_bytes < 0.1, parts
+    assert parts["activation_bytes"] > 64 * 1024 * 4  # at least one saved 64x1024 fp32 activation
+    assert abs(parts["optimizer_later_bytes"]) < 0.05 * param_bytes  # no new state after step 0
+    fit = memory["fit"]
+    assert fit["batch_size"] == 64 and fit["max_batch_size"] > 64
+    assert len(memory["curve"]) == 8
+
+
+def test_planted_oom_through_memory_run(tmp_path) -> None:
+    from gpudoctor.analysis.memory_stages import analyse_memory_run
+    from gpudoctor.records.rundir import load_run
+    from gpudoctor.report.memory_view import render_memory_run
+
+    result, payload = _memory_run(tmp_path, MEMORY_OOM, "--steps", "6")
+    assert result.returncode != 0  # the script died of the OOM; the exit code says so
+    assert (tmp_path / "rd" / "oom.json").is_file() and (tmp_path / "rd" / "oom-snapshot.pickle").is_file()
+    memory = payload["memory"]
+    assert memory["oom_sites"][0]["site"].endswith("hold_two_gib"), memory["oom_sites"]
+    assert memory["oom_sites"][0]["bytes"] >= 2 << 30
+    assert "GD-OOM-SHORTAGE" in [f["code"] for f in memory["findings"]]
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    report = analyse_memory_run(load_run(tmp_path / "rd"))
+    Console(file=buf, width=100, color_system=None).print(render_memory_run(report))
+    assert "trace_plot" in buf.getvalue() and "oom-snapshot.pickle" in buf.getvalue()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 memory_app = typer.Typer(
-    help="Memory analysis: estimate the peak of training a model, activations included.",
+    help="Memory analysis: estimate the peak of training a model, or run a script and see where its memory goes.",
     no_args_is_help=True,
 )
 
@@ -52,6 +54,51 @@ def estimate(
         emit_json(result)
     else:
         stdout_console().print(render_estimate(result))
+
+
+@memory_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    steps: int = typer.Option(20, "--steps", help="Stop after N optimizer steps (the per-step curve)."),
+    stages: int = typer.Option(3, "--stages", help="Probe each stage of the first K steps."),
+    out: Path = typer.Option(None, "--out", help="Run directory (default gpudoctor-runs/<time>-<name>)."),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    first_step_timeout: float = typer.Option(
+        120.0, "--first-step-timeout", help="Stop the script if no optimizer step happens by then (s)."
+    ),
+) -> None:
+    """Run a training command and show where its GPU memory goes, stage by stage.
+
+    Put the command after --, e.g. gpudoctor memory run --steps 20 -- python train.py
+
+    Records the allocator at the model, batch, forward, backward and optimizer stages of the first K steps, the per-step curve, and on an out-of-memory error the live allocations by source line plus a snapshot for PyTorch's memory viewer. Needs a CUDA GPU for the figures. Memory mode resets the peak counter at each stage and records allocation stacks: use gpudoctor run for speed.
+    """
+    from gpudoctor.cli.output import emit_json, stderr_console, stdout_console
+    from gpudoctor.collectors.launch import default_run_dir, resolve_command
+    from gpudoctor.errors import GpuDoctorUserError
+    from gpudoctor.memory.run import memory_run
+    from gpudoctor.report.memory_view import render_memory_run
+
+    command = tuple(ctx.args)
+    if not command:
+        raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor memory run -- python train.py")
+    resolve_command(command)
+    base = out if out is not None else default_run_dir(command)
+    try:
+        result = memory_run(command, base, steps=steps, stages=stages,
+                            child_stdout_to_stderr=json_output, first_step_timeout_s=first_step_timeout)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
+    outcome, report = result.outcome, result.report
+    if outcome.message:
+        stderr_console().print(f"gpudoctor: {outcome.message}", highlight=False, markup=False)
+    # An OOM is what this command diagnoses: it is reported, and the exit code says the script failed.
+    if json_output:
+        emit_json({"run_dir": str(outcome.run_dir), "manifest": outcome.manifest, "memory": report,
+                   "exit_code": outcome.exit_code})
+    else:
+        stdout_console().print(render_memory_run(report, str(outcome.run_dir)))
+    raise typer.Exit(outcome.exit_code)
 
 
 def register(app: typer.Typer) -> None:

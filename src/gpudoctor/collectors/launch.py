@@ -59,6 +59,8 @@ class RunSpec:
         echo_child: show the child's output live; ``False`` keeps it in ``stdout.log`` only.
         grace_s: how long the child gets to exit after SIGINT before SIGTERM (then SIGKILL).
         sample_gpu: run the NVML and host samplers.
+        memory_stages: memory mode (``gpudoctor memory run``): record the allocator at each
+            stage of the first N optimizer steps and dump a snapshot on OOM; 0 (default) is off.
     """
 
     command: tuple[str, ...]
@@ -72,6 +74,7 @@ class RunSpec:
     echo_child: bool = True
     grace_s: float = 10.0
     sample_gpu: bool = True
+    memory_stages: int = 0
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -80,6 +83,8 @@ class RunSpec:
             raise ValueError(f"--steps {self.steps}: must be at least 1 (or use --full)")
         if not self.first_step_timeout_s > 0:
             raise ValueError(f"--first-step-timeout {self.first_step_timeout_s}: must be > 0 seconds")
+        if self.memory_stages < 0:
+            raise ValueError(f"--stages {self.memory_stages}: must be at least 1 (0 turns memory mode off)")
         if not self.grace_s >= 0:
             raise ValueError("grace_s must be >= 0")
 
@@ -158,6 +163,7 @@ def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> d
     env[instrument.ENV_PROFILE] = f"{window[0]}:{window[1]}" if window else ""
     env[instrument.ENV_KEEP_TRACE] = "1" if spec.keep_trace else ""
     env["PYTHONUNBUFFERED"] = "1"  # live output through the pipe
+    env[instrument.ENV_MEMORY_STAGES] = str(spec.memory_stages) if spec.memory_stages else ""
     env.pop(instrument.ENV_KNOBS, None)
     if spec.knobs:
         env.update(child_env(spec.knobs, env))
@@ -216,7 +222,9 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     if (run_dir / MANIFEST).exists():
         raise GpuDoctorUserError(f"{run_dir} already holds a run; pick a new --out directory")
     run_dir.mkdir(parents=True, exist_ok=True)
-    notes: list[str] = [] if spec.profile else ["profiler window off (--no-profile)"]
+    notes: list[str] = []
+    if not spec.profile:
+        notes.append("profiler window off (memory mode)" if spec.memory_stages else "profiler window off (--no-profile)")
     if os.environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"):
         notes.append(
             "CUDA_LAUNCH_BLOCKING is set: every kernel launch waits for the GPU, so step times "

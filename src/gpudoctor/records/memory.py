@@ -37,6 +37,8 @@ class StageMemory:
     allocated_bytes: int
     reserved_bytes: int
     peak_allocated_bytes: int  # peak since the previous stage
+    # ``zero_grad`` only: bytes the call freed (the previous step's gradients, set_to_none=True).
+    freed_bytes: int = 0
 
 
 @record

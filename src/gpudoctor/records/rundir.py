@@ -6,6 +6,9 @@ RUNDIR/
   config-rank{N}.json    RankConfig, one per rank
   steps-rank{N}.jsonl    StepRecord lines, one per optimizer step
   window-rank{N}.json    WindowSummary of the profiler window
+  memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
+  oom.json               OomSnapshot at an out-of-memory error (memory mode), with
+  oom-snapshot.pickle    the full allocator snapshot for PyTorch's memory viewer
   gpu.jsonl              GpuSample lines from the NVML sampler (parent process)
   host.jsonl             HostSample lines
   env.json               CheckReport of the environment (when checked)
@@ -26,6 +29,7 @@ from gpudoctor.records.base import SchemaError, read_json, read_jsonl, record
 from gpudoctor.records.env import CheckReport
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu import GpuSample, HostSample
+from gpudoctor.records.memory import OomSnapshot, StageMemory
 from gpudoctor.records.run import RankConfig, RunManifest, WindowSummary
 from gpudoctor.records.step import StepRecord
 
@@ -36,6 +40,8 @@ ENV = "env.json"
 FINDINGS = "findings.json"
 STDOUT = "stdout.log"
 REPORT = "report.html"
+OOM = "oom.json"
+OOM_PICKLE = "oom-snapshot.pickle"
 
 KIND_MANIFEST = "run_manifest"
 KIND_CONFIG = "rank_config"
@@ -45,6 +51,8 @@ KIND_GPU = "gpu_samples"
 KIND_HOST = "host_samples"
 KIND_ENV = "check_report"
 KIND_FINDINGS = "findings"
+KIND_MEMORY = "memory_stages"
+KIND_OOM = "oom_snapshot"  # same string as gpudoctor.core.memory_history.KIND_OOM
 
 
 def steps_file(rank: int) -> str:
@@ -57,6 +65,10 @@ def config_file(rank: int) -> str:
 
 def window_file(rank: int) -> str:
     return f"window-rank{rank}.json"
+
+
+def memory_file(rank: int) -> str:
+    return f"memory-rank{rank}.jsonl"
 
 
 @record
@@ -79,13 +91,15 @@ class RunData:
     host: list[HostSample] = field(default_factory=list)
     env: CheckReport | None = None
     findings: tuple[Finding, ...] | None = None
+    memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
+    oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
 
     @property
     def ranks(self) -> list[int]:
         return sorted(set(self.configs) | set(self.steps))
 
 
-_RANK_FILE = re.compile(r"^(config|steps|window)-rank(\d+)\.jsonl?$")
+_RANK_FILE = re.compile(r"^(config|steps|window|memory)-rank(\d+)\.jsonl?$")
 
 
 def load_run(path: Path) -> RunData:
@@ -109,6 +123,8 @@ def load_run(path: Path) -> RunData:
             data.configs[rank] = read_json(child, RankConfig, kind=KIND_CONFIG)
         elif what == "steps":
             data.steps[rank] = list(read_jsonl(child, StepRecord, kind=KIND_STEPS))
+        elif what == "memory":
+            data.memory[rank] = list(read_jsonl(child, StageMemory, kind=KIND_MEMORY))
         else:
             data.windows[rank] = read_json(child, WindowSummary, kind=KIND_WINDOW)
     if (path / GPU_SAMPLES).is_file():
@@ -117,6 +133,8 @@ def load_run(path: Path) -> RunData:
         data.host = list(read_jsonl(path / HOST_SAMPLES, HostSample, kind=KIND_HOST))
     if (path / ENV).is_file():
         data.env = read_json(path / ENV, CheckReport, kind=KIND_ENV)
+    if (path / OOM).is_file():
+        data.oom = read_json(path / OOM, OomSnapshot, kind=KIND_OOM)
     if (path / FINDINGS).is_file():
         data.findings = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS).findings
     return data

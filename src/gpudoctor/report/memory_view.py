@@ -50,3 +50,102 @@ def render_estimate(est: MemoryEstimate):
             "rounding are not included; run on the GPU for a measured estimate."
         ))
     return Group(*items)
+
+
+# ---- gpudoctor memory run ----------------------------------------------------------------------
+
+VIEWER_HELP = (
+    "open it in PyTorch's memory viewer: drag the file onto pytorch.org/memory_viz, or\n"
+    "  python -m torch.cuda._memory_viz trace_plot {path} -o {path}.html"
+)
+
+
+def _signed(n: int) -> str:
+    return ("+" if n > 0 else "") + fmt_bytes(n) if n else "0 B"
+
+
+def _part(n: int | None) -> str:
+    return "not seen" if n is None else fmt_bytes(n)
+
+
+def render_memory_run(report, run_dir: str = ""):
+    """The stage table, the parts, the per-step curve, fit, findings and the OOM sites."""
+    from gpudoctor.analysis.memory_stages import WHAT
+    from gpudoctor.report.findings_view import finding_block
+
+    items: list = []
+    if report.rows:
+        stages = Table(title=f"Memory by stage (rank {report.rank}, peak = since the previous stage)",
+                       title_justify="left")
+        for name, justify in (("step", "right"), ("stage", "left"), ("allocated", "right"),
+                              ("change", "right"), ("reserved", "right"), ("peak", "right"),
+                              ("what it holds", "left")):
+            stages.add_column(name, justify=justify)
+        for r in report.rows:
+            stages.add_row("-" if r.stage == "model" else str(r.step), r.stage,
+                           fmt_bytes(r.allocated_bytes), _signed(r.delta_bytes),
+                           fmt_bytes(r.reserved_bytes), fmt_bytes(r.peak_allocated_bytes),
+                           WHAT.get(r.stage, ""))
+        items.append(stages)
+    p = report.parts
+    if p is not None:
+        parts = Table(title="Where the bytes go", title_justify="left")
+        parts.add_column("part")
+        parts.add_column("bytes", justify="right")
+        parts.add_column("how")
+        parts.add_row("model (before any batch)", _part(p.model_bytes), "allocated at the first batch")
+        parts.add_row("batch", _part(p.batch_bytes), "batch - model, step 0")
+        parts.add_row("activations", _part(p.activation_bytes), "forward - batch (+ zero_grad frees), last step")
+        parts.add_row("gradients", _part(p.gradient_bytes), "backward - batch (+ zero_grad frees), last step")
+        parts.add_row("backward peak", _part(p.backward_peak_bytes), "peak between forward and backward, step 0")
+        parts.add_row("optimizer state", _part(p.optimizer_first_bytes), "optimizer - backward, step 0")
+        parts.add_row("optimizer, later steps", _part(p.optimizer_later_bytes), "optimizer - backward, last probed step")
+        parts.add_row(Text("peak", style="bold"), Text(_part(p.peak_bytes), style="bold"), "highest stage peak")
+        items.append(parts)
+    if report.curve:
+        curve = Table(title="Per step (allocator at the end of each step)", title_justify="left")
+        for name in ("step", "allocated", "reserved", "peak"):
+            curve.add_column(name, justify="right")
+        points = report.curve
+        if len(points) > 12:  # keep the table short: evenly spaced steps, the last one included
+            stride = (len(points) - 1) / 11
+            points = tuple(points[round(i * stride)] for i in range(12))
+        for c in points:
+            curve.add_row(str(c.step), fmt_bytes(c.allocated_bytes), fmt_bytes(c.reserved_bytes),
+                          fmt_bytes(c.peak_allocated_bytes))
+        items.append(curve)
+    f = report.fragmentation
+    if f is not None:
+        line = (f"Fragmentation: reserved - allocated {fmt_bytes(f.cached_free_bytes)}, inactive split "
+                f"blocks {fmt_bytes(f.inactive_split_bytes)}, allocation retries {f.alloc_retries}")
+        items.append(Text(line + (f"; try: {f.advice}" if f.advice else ".")))
+    if report.fit is not None:
+        fit = report.fit
+        most = "none fits" if fit.max_batch_size is None else str(fit.max_batch_size)
+        items.append(Text(
+            f"Headroom: {fmt_bytes(fit.headroom_bytes)} of {fmt_bytes(fit.capacity_bytes)} free at the peak. "
+            f"At batch {fit.batch_size}: {fmt_bytes(fit.activation_bytes_per_sample)} of activations per "
+            f"sample, {fmt_bytes(fit.fixed_bytes)} batch-independent; largest batch that fits with a "
+            f"{fit.margin:.0%} margin (linear extrapolation): {most}."
+        ))
+    if report.oom_sites:
+        sites = Table(title="Live at the out-of-memory error, by allocation site", title_justify="left")
+        sites.add_column("bytes", justify="right")
+        sites.add_column("share", justify="right")
+        sites.add_column("blocks", justify="right")
+        sites.add_column("site (innermost Python frame)")
+        for s in report.oom_sites:
+            sites.add_row(fmt_bytes(s.bytes), f"{s.share:.0%}", str(s.blocks), s.site)
+        items.append(sites)
+    for i, finding in enumerate(report.findings, 1):
+        items.append(finding_block(i, finding))
+    if not report.findings and report.on_gpu:
+        items.append(Text("No leak, fragmentation or out-of-memory finding."))
+    if report.oom_pickle:
+        items.append(Text(f"Allocator snapshot: {report.oom_pickle}\n"
+                          + VIEWER_HELP.format(path=report.oom_pickle)))
+    for note in report.notes:
+        items.append(Text(f"note: {note}"))
+    if run_dir:
+        items.append(Text(f"run directory: {run_dir}"))
+    return Group(*items)

@@ -14,6 +14,8 @@ Environment contract (set by the launcher, read by the probes):
 * ``GPUDOCTOR_PROFILE`` — ``"first:last"`` optimizer steps of the profiler window, or empty.
 * ``GPUDOCTOR_KEEP_TRACE`` — ``"1"`` writes the window's Chrome trace into the run directory.
 * ``GPUDOCTOR_KNOBS`` — the ``--try`` knobs, see :mod:`gpudoctor.collectors.knobs`.
+* ``GPUDOCTOR_MEMORY_STAGES`` — memory mode (``gpudoctor memory run``): probe the allocator at
+  each stage of the first N optimizer steps (empty or ``0``: off, the default).
 """
 
 from __future__ import annotations
@@ -28,3 +30,4 @@ ENV_PROFILE = "GPUDOCTOR_PROFILE"
 ENV_KEEP_TRACE = "GPUDOCTOR_KEEP_TRACE"
 ENV_KNOBS = "GPUDOCTOR_KNOBS"
 ENV_PKG_ROOT = "GPUDOCTOR_PKG_ROOT"
+ENV_MEMORY_STAGES = "GPUDOCTOR_MEMORY_STAGES"

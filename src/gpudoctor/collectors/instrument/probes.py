@@ -32,7 +32,13 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.collectors.instrument import ENV_KEEP_TRACE, ENV_PROFILE, ENV_RUN_DIR, ENV_STEPS
+from gpudoctor.collectors.instrument import (
+    ENV_KEEP_TRACE,
+    ENV_MEMORY_STAGES,
+    ENV_PROFILE,
+    ENV_RUN_DIR,
+    ENV_STEPS,
+)
 from gpudoctor.collectors.instrument.state import FLUSH_EVERY_S, FLUSH_EVERY_STEPS, MAX_LAG_STEPS, S, is_owner
 from gpudoctor.records.base import JsonlWriter
 from gpudoctor.records.rundir import KIND_STEPS, steps_file
@@ -70,6 +76,13 @@ def install() -> None:
 
     import torch.optim.optimizer as optim_mod
 
+    memory_stages = _env_int(ENV_MEMORY_STAGES, 0) if os.environ.get(ENV_MEMORY_STAGES) else 0
+    if memory_stages > 0:
+        from gpudoctor.collectors.instrument import memory_probe
+
+        # Before the boundary hook: the last probed step's "optimizer" stage must be written
+        # before the boundary may end the process (--steps).
+        memory_probe.install(memory_stages)
     optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook)
     if S.window is not None:
         S.info["prewarm_handle"] = optim_mod.register_optimizer_step_pre_hook(_prewarm_pre_hook)

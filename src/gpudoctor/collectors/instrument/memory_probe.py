@@ -1,0 +1,216 @@
+"""Memory mode of the probes (``gpudoctor memory run``): the allocator at each stage of a step.
+
+For the first K optimizer steps, one :class:`StageMemory` line per stage goes to
+``memory-rank{N}.jsonl``:
+
+* ``model`` — once, when the first batch arrives (before it is copied): what the script had
+  allocated before any batch (weights, buffers, anything made at start-up). A script without a
+  DataLoader gets it at the first stage seen instead (then it includes what that stage holds);
+* ``batch`` — after the DataLoader's ``__next__`` returned and the step's first host-to-device
+  copy finished (the batch is on the device); the first micro-batch of a step only;
+* ``forward`` — when ``backward()`` is first called in the step (activations are alive);
+* ``backward`` — in the optimizer's step pre-hook (gradients exist, activations are freed);
+* ``optimizer`` — in the step post-hook (the first step creates the optimizer state);
+* ``zero_grad`` — after ``optimizer.zero_grad()``, with the bytes it freed (the previous step's
+  gradients with ``set_to_none=True``), wherever the script calls it: the analysis needs it to
+  separate activations from gradients that were still alive when the batch arrived.
+
+The peak of each line is the allocator's peak since the previous stage: the peak counter is
+reset at every stage (``torch.cuda.reset_peak_memory_stats``), which also resets the script's own
+``max_memory_allocated``. The reads are the allocator's host-side counters, which are exact at
+the moment of the call because the caching allocator accounts for a tensor when it is created on
+the host, not when its kernel runs; no device synchronisation is added here. Memory mode also
+records allocation stacks (``_record_memory_history``), which costs host time on every
+allocation: it is a memory diagnosis, not a speed measurement. On an out-of-memory error the
+snapshot and ``oom.json`` are written to the run directory
+(:func:`gpudoctor.core.memory_history.attach_oom_dump`).
+
+History and the OOM observer start at the first stage, not at ``import torch``: by then the
+script has chosen its device (``torch.cuda.set_device(local_rank)``), so no rank opens a CUDA
+context on GPU 0 by mistake. An OOM while the model itself is moved to the GPU is therefore not
+captured with stacks.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpudoctor.collectors.instrument import patches
+from gpudoctor.collectors.instrument.state import S, is_owner
+from gpudoctor.records.base import JsonlWriter
+from gpudoctor.records.memory import StageMemory
+from gpudoctor.records.rundir import KIND_MEMORY, memory_file
+
+
+class _Memory:
+    """Per-process state of memory mode."""
+
+    def __init__(self) -> None:
+        self.stages = 0  # probe the first ``stages`` optimizer steps; 0: off
+        self.writer: JsonlWriter | None = None
+        self.model_done = False
+        self.history_started = False
+        self.batch_armed = False
+        self.forward_step = -1  # the step whose forward stage is recorded (first backward only)
+        self.batch_step = -1  # the step whose batch stage is recorded (first micro-batch only)
+        self.optimizer: Any = None
+
+
+M = _Memory()
+
+
+def active() -> bool:
+    return M.stages > 0 and is_owner() and not S.finished and S.step < M.stages
+
+
+def _cuda_ready() -> Any:
+    import torch
+
+    return torch if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
+def _start_history(torch: Any) -> None:
+    """Allocation stacks and the OOM dump, once the script has put something on its GPU."""
+    if M.history_started:
+        return
+    M.history_started = True
+    from gpudoctor.core.memory_history import attach_oom_dump, start_history
+
+    try:
+        start_history()
+        assert S.run_dir is not None
+        attach_oom_dump(S.run_dir)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
+        print(f"gpudoctor: allocation history not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+
+def record(stage: str, *, before_bytes: int | None = None) -> None:
+    """Write one stage line and reset the peak counter (host-side reads, no sync).
+
+    ``before_bytes``: allocated before the call that ends the stage (``zero_grad``), so the
+    line can say what the call freed.
+    """
+    if not active():
+        return
+    torch = _cuda_ready()
+    if torch is None:
+        return  # on the CPU the allocator keeps no statistics: nothing to record
+    _start_history(torch)
+    was_quiet, S.quiet = S.quiet, True
+    try:
+        allocated = int(torch.cuda.memory_allocated())
+        line = StageMemory(
+            stage=stage,
+            step=S.step,
+            allocated_bytes=allocated,
+            reserved_bytes=int(torch.cuda.memory_reserved()),
+            peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
+            freed_bytes=max(before_bytes - allocated, 0) if before_bytes is not None else 0,
+        )
+        torch.cuda.reset_peak_memory_stats()
+        if M.writer is None:
+            assert S.run_dir is not None
+            M.writer = JsonlWriter(S.run_dir / memory_file(S.rank), kind=KIND_MEMORY)
+        M.writer.write(line)  # flushed per line: an OOM right after loses nothing
+    except Exception as exc:  # noqa: BLE001
+        print(f"gpudoctor: memory stage {stage} not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
+    finally:
+        S.quiet = was_quiet
+
+
+def _model_once() -> None:
+    if not M.model_done and active() and _cuda_ready() is not None:
+        M.model_done = True
+        record("model")
+
+
+def install(stages: int) -> None:
+    """Wrap the loader, the copy probe and backward; register the optimizer step hooks.
+
+    Called by :func:`gpudoctor.collectors.instrument.probes.install` after the patches and
+    before the step-boundary hook, so ``optimizer`` is recorded before the boundary (which may
+    end the process under ``--steps``).
+    """
+    if stages <= 0:
+        return
+    M.stages = stages
+    import torch
+    import torch.autograd as autograd
+    import torch.optim.optimizer as optim_mod
+    from torch.utils.data import dataloader as dl
+
+    base = dl._BaseDataLoaderIter
+    orig_next = base.__next__
+
+    def __next__(self):
+        out = orig_next(self)
+        if active() and not S.quiet and M.batch_step != S.step:
+            _model_once()  # before the batch is copied: weights and start-up allocations only
+            M.batch_armed = True
+        return out
+
+    base.__next__ = __next__
+
+    orig_note = patches._note_h2d
+
+    def note_h2d(src: Any, t0: float, non_blocking: bool) -> None:
+        orig_note(src, t0, non_blocking)
+        if M.batch_armed:
+            M.batch_armed = False
+            M.batch_step = S.step
+            record("batch")
+
+    patches._note_h2d = note_h2d  # the copy wrappers look the name up at call time
+
+    orig_backward = autograd.backward
+
+    def backward(tensors, *args, **kwargs):
+        if active() and not S.quiet and M.forward_step != S.step and isinstance(
+            tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors, torch.Tensor
+        ):
+            M.batch_armed = False  # a batch made on the device: no copy to wait for
+            M.forward_step = S.step
+            _model_once()
+            record("forward")
+        return orig_backward(tensors, *args, **kwargs)
+
+    backward.__doc__ = orig_backward.__doc__
+    backward.__wrapped__ = orig_backward
+    autograd.backward = backward
+
+    orig_zero_grad = torch.optim.Optimizer.zero_grad
+
+    def zero_grad(self, *args, **kwargs):
+        torch_cuda = _cuda_ready() if active() and (M.optimizer is None or self is M.optimizer) else None
+        if torch_cuda is None:
+            return orig_zero_grad(self, *args, **kwargs)
+        _model_once()
+        before = int(torch_cuda.cuda.memory_allocated())
+        result = orig_zero_grad(self, *args, **kwargs)
+        record("zero_grad", before_bytes=before)
+        return result
+
+    zero_grad.__doc__ = orig_zero_grad.__doc__
+    zero_grad.__wrapped__ = orig_zero_grad
+    torch.optim.Optimizer.zero_grad = zero_grad
+
+    def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if M.optimizer is None:
+            M.optimizer = optimizer
+        if optimizer is M.optimizer:
+            _model_once()
+            record("backward")
+
+    def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if optimizer is M.optimizer:
+            record("optimizer")
+
+    optim_mod.register_optimizer_step_pre_hook(pre_hook)
+    optim_mod.register_optimizer_step_post_hook(post_hook)
+
+
+def close() -> None:
+    if M.writer is not None:
+        M.writer.close()
+        M.writer = None

@@ -1,0 +1,144 @@
+"""``gpudoctor memory run`` on the CPU: the real launcher end to end, and the stage probes' order
+with a stand-in allocator (the CPU allocator keeps no statistics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpudoctor.records.rundir import load_run
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+TRAIN = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+model = nn.Linear(4, 1)
+opt = torch.optim.AdamW(model.parameters())
+for epoch in range(3):
+    for x, y in DataLoader(ds, batch_size=8):
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+# The memory probes in-process, with a stand-in for torch.cuda's counters: each read returns the
+# next multiple of 100, so the order of the lines shows which stage was recorded when.
+PROBE_ORDER = """
+import os, sys
+from pathlib import Path
+import torch
+from torch import nn
+from gpudoctor.collectors.instrument import memory_probe, patches
+from gpudoctor.collectors.instrument.state import S
+
+class Cuda:
+    n = 0
+    resets = 0
+    def memory_allocated(self):
+        Cuda.n += 100
+        return Cuda.n
+    def memory_reserved(self):
+        return 4096
+    def max_memory_allocated(self):
+        return Cuda.n + 1
+    def reset_peak_memory_stats(self):
+        Cuda.resets += 1
+
+class FakeTorch:
+    cuda = Cuda()
+
+S.installed = True
+S.run_dir = Path(sys.argv[1])
+S.owner_pid = os.getpid()
+memory_probe._cuda_ready = lambda: FakeTorch
+memory_probe._start_history = lambda torch: None
+patches.install_all()
+memory_probe.install(2)
+import torch.optim.optimizer as optim_mod
+optim_mod.register_optimizer_step_post_hook(lambda *a: setattr(S, "step", S.step + 1))
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 4)), batch_size=8)
+for (x,) in data:
+    patches._note_h2d(x, 0.0, True)  # stands in for x.to("cuda"): the first copy of the step
+    model(x).sum().backward()
+    model(x).sum().backward()  # accumulation: only the first backward is the forward stage
+    opt.step()
+    opt.zero_grad()
+print("resets", Cuda.resets)
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    env.pop("GPUDOCTOR_RUN_DIR", None)
+    return env
+
+
+def test_stage_probes_record_each_stage_of_the_first_k_steps_in_order(tmp_path: Path) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE_ORDER, encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script), str(tmp_path)], env=_env(),
+                            capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "resets 10" in result.stdout  # the peak is reset at every recorded stage
+    (lines,) = load_run_memory(tmp_path)
+    assert [(s.stage, s.step) for s in lines] == [
+        ("model", 0), ("batch", 0), ("forward", 0), ("backward", 0), ("optimizer", 0),
+        ("zero_grad", 1),  # called after step 0's optimizer step: it belongs to step 1
+        ("batch", 1), ("forward", 1), ("backward", 1), ("optimizer", 1),
+    ]
+    # one counter read per line, two for zero_grad (before and after the call)
+    assert [s.allocated_bytes for s in lines] == [100, 200, 300, 400, 500, 700, 800, 900, 1000, 1100]
+    assert all(s.peak_allocated_bytes == s.allocated_bytes + 1 for s in lines)
+
+
+def load_run_memory(path: Path) -> list:
+    from gpudoctor.records.base import read_jsonl
+    from gpudoctor.records.memory import StageMemory
+    from gpudoctor.records.rundir import KIND_MEMORY, memory_file
+
+    return [list(read_jsonl(path / memory_file(0), StageMemory, kind=KIND_MEMORY))]
+
+
+def test_memory_run_on_cpu_says_it_needs_a_gpu_and_finishes(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "memory", "run", "--steps", "6", "--json", "--out", "rd",
+         "--", sys.executable, "train.py"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["exit_code"] == 0 and payload["manifest"]["status"] == "stopped"
+    memory = payload["memory"]
+    assert memory["on_gpu"] is False and memory["rows"] == []
+    assert "memory stages need a CUDA GPU" in memory["notes"][0]
+    run = load_run(tmp_path / "rd")
+    assert len(run.steps[0]) == 6 and run.memory == {} and run.oom is None
+    assert "profiler window off (memory mode)" in run.manifest.notes
+    assert not (tmp_path / "rd" / "memory-rank0.jsonl").exists()
+
+    text = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "memory", "run", "--steps", "3", "--out", "rd2",
+         "--", sys.executable, "train.py"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=90,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "memory stages need a CUDA GPU" in text.stdout and "run directory: rd2" in text.stdout
+
+
+def test_memory_run_rejects_bad_stages(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "memory", "run", "--stages", "0", "--out", "rd",
+         "--", sys.executable, "-c", "pass"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2 and "--stages 0" in result.stderr
+    assert not (tmp_path / "rd").exists()  # nothing was started
