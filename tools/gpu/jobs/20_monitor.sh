@@ -11,14 +11,7 @@ set -uo pipefail
 PY=${PYTHON:-python3}
 OUT=${JOB_OUT:?set JOB_OUT}
 mkdir -p "$OUT"
-status=()
-step() {  # step NAME CMD...: run, record rc, never stop the job
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@"
-  local rc=$?
-  status+=("$name rc=$rc $((SECONDS - t0))s")
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../step.sh"
 gd() { "$PY" -m gpudoctor "$@"; }
 pidopt() { kill -0 "$LOOP" 2>/dev/null && echo "--pid $LOOP"; }  # only while the loop lives
 

@@ -14,14 +14,7 @@ PY=${PYTHON:-python3}
 OUT=${JOB_OUT:?set JOB_OUT}
 mkdir -p "$OUT"
 export CUDA_VISIBLE_DEVICES=0
-status=()
-step() {  # step NAME CMD...: run, record rc, never stop the job
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@"
-  local rc=$?
-  status+=("$name rc=$rc $((SECONDS - t0))s")
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../step.sh"
 nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 
 # Written in the tree first so the JSON records the command exactly as it is to be re-run.

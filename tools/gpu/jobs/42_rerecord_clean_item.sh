@@ -13,14 +13,7 @@ set -uo pipefail
 PY=${PYTHON:-python3}
 OUT=${JOB_OUT:?set JOB_OUT}
 mkdir -p "$OUT/repeat"
-status=()
-step() {  # step NAME CMD...: run, record rc, never stop the job
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@"
-  local rc=$?
-  status+=("$name rc=$rc $((SECONDS - t0))s")
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../step.sh"
 
 step rerecord "$PY" bench/run_verdicts.py --out "$OUT" --size small --steps 60 --timeout 60 \
   --only clean,item_every_step --pack "$OUT/fixtures"

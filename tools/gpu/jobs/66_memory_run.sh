@@ -9,14 +9,7 @@ set -uo pipefail
 PY=${PYTHON:-python3}
 OUT=${JOB_OUT:?set JOB_OUT}
 mkdir -p "$OUT"
-status=()
-step() {  # step NAME CMD...: run, record rc, never stop the job
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@"
-  local rc=$?
-  status+=("$name rc=$rc $((SECONDS - t0))s")
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../step.sh"
 
 step pytest timeout 60 "$PY" -m pytest -q -m gpu tests/gpu/test_memory_gpu.py -p no:cacheprovider \
   -k "memory_run" > "$OUT/pytest-memory-run.txt" 2>&1
