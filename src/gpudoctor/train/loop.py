@@ -78,11 +78,11 @@ class Trainer:
         self.device = select_device(cfg.device, self.env)
         # set_device -> init_process_group(device_id, timeout) -> model.to -> wrap, in that order
         self.parallel = Parallel(cfg.parallel, self.env, self.device)
+        self.sharded, self.is_main = self.parallel.strategy == "fsdp", self.env.rank == 0
         self.precision = Precision(cfg.precision, self.device)
         configure_backends(cfg.perf, self.device)
         apply_activation_checkpointing(model, cfg.perf.activation_checkpointing)
-        self.channels_last = resolve_channels_last(cfg.perf.channels_last, model, self.device,
-                                                   sharded=self.parallel.strategy == "fsdp")
+        self.channels_last = resolve_channels_last(cfg.perf.channels_last, model, self.device, sharded=self.sharded)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = self.parallel.wrap(model)
@@ -91,7 +91,6 @@ class Trainer:
             self.model.parameters())  # params -> optimizer (FSDP2's sharded params exist only now)
         self.loss_fn, self.scheduler, self.unpack = loss_fn, scheduler, unpack
         self.observers = list(observers)
-        self.sharded, self.is_main = self.parallel.strategy == "fsdp", self.env.rank == 0
 
     # ----------------------------------------------------------------------------- the loop
     def fit(self, train_loader: Iterable | Dataset, *, epochs: int = 1, val_loader: Iterable | None = None) -> FitResult:
