@@ -55,13 +55,17 @@ def test_real_cuda_oom_does_not_break_the_next_trial() -> None:
     target = hungry_target()
     runner = TrialRunner(target, REF, isolation="inline")
     ctx = TuneContext(target, runner, TuneOptions(steps=2, warmup=1), device=torch.device("cuda", 0))
+    # A first small trial creates what stays for the process (cuBLAS/cuBLASLt workspaces, counted
+    # by memory_allocated: 65 MiB on an H200); the OOMed trial must add nothing to that.
+    first = runner.run(ctx.spec("batch", "batch=4", {}, batch_size=4))
+    assert first.verdict is TrialVerdict.OK, first.reason
     before = torch.cuda.memory_allocated()
     huge = runner.run(ctx.spec("batch", "batch=4000", {}, batch_size=4000))  # ~1 TB: beyond any GPU
     assert huge.verdict is TrialVerdict.OOM, huge.reason
     small = runner.run(ctx.spec("batch", "batch=4", {}, batch_size=4))
     assert small.verdict is TrialVerdict.OK, small.reason
     assert small.peak_mem_bytes and small.peak_mem_bytes >= 4 * PER_SAMPLE * 4
-    assert torch.cuda.memory_allocated() - before < 2**26  # the OOMed trial's memory was given back
+    assert torch.cuda.memory_allocated() - before < 2**20  # the OOMed trial's memory was given back
 
 
 def test_batch_boundary_on_the_gpu() -> None:

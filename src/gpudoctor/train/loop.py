@@ -175,7 +175,7 @@ class Trainer:
                     if not oom:
                         break
                     free_memory(self.optimizer)
-                    split.halve()
+                    split.halve(batch_size_of(group[0]))
 
                 # -- 3. optimizer step (unscale -> clip -> step -> update), guarded against NaN/inf
                 do_step = True

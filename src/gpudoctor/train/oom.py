@@ -42,9 +42,13 @@ class MicroBatchSplit:
         self.min_micro_batch = min_micro_batch
         self.split = 1
 
-    def halve(self) -> None:
-        """Double the split after an OOM; raise when the micro-batch would go below the minimum."""
-        size = self.batch_size or 0
+    def halve(self, observed: int | None = None) -> None:
+        """Double the split after an OOM; raise when the micro-batch would go below the minimum.
+
+        ``observed``: the failed batch's size, used when the loader's batch size is unknown (an
+        iterable of ready-made batches has no ``batch_size``).
+        """
+        size = self.batch_size or observed or 0
         if size // (self.split * 2) < self.min_micro_batch:
             raise torch.OutOfMemoryError(
                 f"out of memory even at a micro-batch of {size // self.split} samples "

@@ -54,3 +54,26 @@ def test_oom_recovery_can_be_turned_off():
     cfg = cpu_config(robust=RobustConfig(oom_recover=False))
     with pytest.raises(torch.OutOfMemoryError, match="simulated"):
         Trainer(model, opt, nn.CrossEntropyLoss(), config=cfg).fit(tiny_loader(batch_size=16), epochs=1)
+
+
+def test_split_uses_the_observed_batch_when_the_loader_has_no_batch_size() -> None:
+    """A list of ready-made batches has no ``batch_size``: the failed batch's size decides
+    (this was first seen on an H200, where the real CUDA OOM test gave "a micro-batch of 0")."""
+    from gpudoctor.train.oom import MicroBatchSplit
+
+    split = MicroBatchSplit(None, min_micro_batch=1)
+    with pytest.warns(RuntimeWarning, match="retrying with micro-batch 32"):
+        split.halve(64)
+    assert split.split == 2
+    with pytest.raises(torch.OutOfMemoryError, match="micro-batch of 0 samples"):
+        MicroBatchSplit(None, min_micro_batch=1).halve()  # nothing known: give up, say so
+
+
+def test_oom_recovery_on_a_list_of_ready_made_batches() -> None:
+    """The path the H200 test took: batches with no DataLoader (so no batch_size) still split."""
+    batches = [(x, y) for x, y in tiny_loader(batch_size=16, n=64)]
+    model = _OomAbove(limit=4)
+    with pytest.warns(RuntimeWarning, match="retrying"):
+        result = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+                         config=cpu_config(robust=RobustConfig(oom_recover=True))).fit(batches, epochs=1)
+    assert result.micro_batch_split == 4 and result.steps == 4
