@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import timeline
+from gpudoctor.analysis.prescription import human_bytes
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
 from gpudoctor.report import charts
@@ -43,6 +44,10 @@ def _plain(value: Any) -> str:
     if is_dataclass(value):
         return "; ".join(f"{f.name}={_plain(getattr(value, f.name))}" for f in fields(value))
     return str(value)
+
+
+def _signed(n: int | None) -> str:
+    return "" if n is None else ("+" if n >= 0 else "−") + human_bytes(abs(n))
 
 
 def config_rows(run: RunData) -> list[tuple[str, list[str]]]:
@@ -109,6 +114,17 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
         resources.files("gpudoctor.report").joinpath("templates/report.html.j2").read_text("utf-8")
     )
     ranked = rank_findings(list(findings))
+    memory = None
+    if run.memory:  # `gpudoctor memory run`: the stage table and, after an OOM, the top sites
+        from gpudoctor.analysis.memory_stages import WHAT, analyse_memory_run
+
+        memory = analyse_memory_run(run)
+        memory_rows = [("-" if r.stage == "model" else str(r.step), r.stage, human_bytes(r.allocated_bytes),
+                        _signed(r.delta_bytes), human_bytes(r.reserved_bytes),
+                        human_bytes(r.peak_allocated_bytes), WHAT.get(r.stage, "")) for r in memory.rows]
+        oom_rows = [(s.site, human_bytes(s.bytes), f"{s.share:.0%}") for s in memory.oom_sites]
+    else:
+        memory_rows, oom_rows = [], []
     figure_map = build_figures(run)
     rendered = charts.render_charts(figure_map)
     manifest = run.manifest
@@ -128,6 +144,9 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
         version=__version__,
         run_path=str(run.path),
         verified=verified,
+        memory=memory,
+        memory_rows=memory_rows,
+        oom_rows=oom_rows,
         verified_rows=try_rows(verified) if verified is not None else [],
         verified_verdict=try_verdict(verified) if verified is not None else "",
     )

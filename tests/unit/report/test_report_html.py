@@ -96,3 +96,15 @@ def test_many_ranks_share_overlay_charts(tmp_path) -> None:
     # every rank has the same steps here, so the slowest is rank 0 (ties go to the lowest rank)
     assert names == ["gpu_util", "gpu_mem", "gpu_power", "steps_ranks", "memory_ranks",
                      "steps_rank0", "memory_rank0"]
+
+
+def test_memory_run_sections(tmp_path) -> None:
+    """A `gpudoctor memory run` directory: the stage table and, after an OOM, the live sites."""
+    import memory_run_data
+
+    run = memory_run_data.run_data(oom=memory_run_data.oom())
+    run.path = tmp_path
+    html = render_report(run, [])
+    assert "<h2>Memory by stage</h2>" in html and 'id="memory-stages"' in html
+    assert "<td>forward</td><td>510.0 MiB</td><td>+400.0 MiB</td>" in html
+    assert "<h2>Out of memory: what was live</h2>" in html and 'id="oom-sites"' in html
