@@ -86,10 +86,16 @@ def test_two_torchrun_agents_with_c10d_rendezvous(tmp_path, ddp_run):
     port = _free_port()
     common = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
               "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "gpudoctor-test"]
-    agents = [subprocess.Popen(_torchrun(*common, str(WORKER), str(tmp_path)), env=_env(), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    # Both agents run on 127.0.0.1, so both would think they host the c10d store and race to
+    # bind its port; say which one hosts, as a real multi-node launch does by its endpoint.
+    logs = [tmp_path / f"agent{i}.log" for i in range(2)]
+    agents = [subprocess.Popen(_torchrun(*common, "--rdzv_conf", f"is_host={int(i == 0)}", str(WORKER),
+                                         str(tmp_path)),
+                               env=_env(), start_new_session=True, stdout=log.open("wb"),
+                               stderr=subprocess.STDOUT) for i, log in enumerate(logs)]
     try:
-        assert [a.wait(timeout=120) for a in agents] == [0, 0]
+        codes = [a.wait(timeout=120) for a in agents]
+        assert codes == [0, 0], "\n".join(log.read_text(errors="replace")[-3000:] for log in logs)
     finally:
         for a in agents:
             if a.poll() is None:
