@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 
 def _best_us(fn: Callable[[], object], n: int, repeats: int) -> float:

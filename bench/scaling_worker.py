@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import GPT, GPT2_124M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import destroy_distributed  # noqa: E402
-from gpudoctor.train import LogConfig, ParallelConfig, PrecisionConfig, Trainer, TrainConfig, presets  # noqa: E402
+from gpudoctor.train import LogConfig, ParallelConfig, PrecisionConfig, Trainer, presets  # noqa: E402
 
 GPT_TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=128, block_size=16)
 # (per-device batch, warm-up steps, timed steps) for: full GPU run, --quick on GPU, --cpu

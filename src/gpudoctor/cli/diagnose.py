@@ -81,7 +81,7 @@ def render(run: Any, findings: list | None, console: Any) -> None:
 
 def payload(run: Any, findings: list | None) -> dict:
     """The ``--json`` form of a diagnosed run."""
-    from gpudoctor.report.run_summary import run_stats
+    from gpudoctor.analysis.run_stats import run_stats
 
     return {
         "run_dir": str(run.path),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.records.rundir import RunData
-from gpudoctor.report.run_summary import StepStats, run_stats
+from gpudoctor.analysis.run_stats import StepStats, run_stats
 
 
 @dataclass(frozen=True, kw_only=True)

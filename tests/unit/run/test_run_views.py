@@ -11,7 +11,8 @@ from gpudoctor.records.memory import AllocatorStats
 from gpudoctor.records.run import RunManifest
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.step import StepRecord
-from gpudoctor.report.run_summary import render_summary, step_stats
+from gpudoctor.analysis.run_stats import step_stats
+from gpudoctor.report.run_summary import render_summary
 from gpudoctor.report.try_view import compare, render_try
 
 

@@ -121,13 +121,18 @@ def _prewarm_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         S.info["window_note"] = note
 
 
-def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+def _is_primary(optimizer: Any) -> bool:
+    """Step boundaries follow one optimizer: the first one seen stepping (or skipping)."""
     if not is_owner() or S.finished:
-        return
+        return False
     if S.primary is None:
         S.primary = weakref.ref(optimizer)
         S.info["optimizer"] = optimizer
-    elif S.primary() is not optimizer:
+    return S.primary() is optimizer
+
+
+def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if not _is_primary(optimizer):
         return
     S.hook_fired = True
     if S.scaler_fused is not None:
@@ -159,14 +164,8 @@ def _fused_found_inf(scaler: Any, optimizer: Any) -> Any:
 
 def scaler_skipped_step(optimizer: Any) -> None:
     """Called by the GradScaler probe when ``scaler.step`` did not call ``optimizer.step``."""
-    if not is_owner() or S.finished:
-        return
-    if S.primary is None:
-        S.primary = weakref.ref(optimizer)
-        S.info["optimizer"] = optimizer
-    elif S.primary() is not optimizer:
-        return
-    boundary(skipped=True)
+    if _is_primary(optimizer):
+        boundary(skipped=True)
 
 
 def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
