@@ -3,33 +3,32 @@
     PYTHONPATH=src python bench/run_overhead.py --out bench/results/run_overhead.json
 
 One GPU training script (a ResNet-ish conv net on 128x128 images, batch 256, bf16 autocast,
-channels_last, cudnn.benchmark, a pinned 4-worker DataLoader over synthetic uint8 images, fused
-AdamW) times its own steps with CUDA events recorded after each ``optimizer.step()`` and read
-once at the end. It runs plain and under
-``gpudoctor run --full`` (so the script itself decides the step count and writes its timings),
-interleaved A B B A ..., the same single process each time. Figures per run:
+channels_last, cudnn.benchmark, a pinned 4-worker DataLoader over 16 batches of synthetic uint8
+images — a new epoch every 16 steps —, fused AdamW) times its own steps with CUDA events recorded
+after each ``optimizer.step()`` and read once at the end. It runs 60 steps plain and under
+``gpudoctor run --full`` (so that the script itself ends and writes its timings) in these arms,
+interleaved, every round running each arm once in a rotating order:
 
-* outside the window: mean step time over steps 5..N-1, leaving out warm-up (0-4) and the
-  profiler window (steps 10-14) plus step 15, the first step after the window's closing sync.
-  Bar: instrumented <= plain + 2 %.
-* whole diagnostic window: the sum of steps 1..N-1 (everything but the first, which holds CUDA
-  and cuDNN start-up — and, instrumented, the profiler's one-time CUPTI initialisation), the
-  profiler window included. Bar: <= plain + 5 %. The processes' total wall times (start-up,
-  gpudoctor's own analysis included) are reported beside it.
+* ``instrumented`` — the bars. The layout of the default ``gpudoctor run --steps 60``: the
+  profiler window takes the last five steps (55-59; ``--window 55:59`` reproduces it under
+  ``--full``), so no step follows the window's closing sync.
+* ``full_layout`` — ``gpudoctor run --full``: the end is unknown, so the window takes steps
+  10-14 and 50 steps follow it. Reported beside the bars, not judged by them.
+* ``probes`` — ``--full --no-profile``: the per-step probes alone, no window.
 
-The overhead is the ratio of the medians over rounds. Both the CUDA-event (GPU-side step period)
-and the host wall-clock figures are reported; the bars are judged on the CUDA-event figures.
+Figures per run (each arm's steps left out: warm-up 0-4, its window, and the step after it):
 
-So that a reader can tell noise from effect, every round runs each arm once (the order rotates
-round by round) and the result carries, per arm, the median, min, max and standard deviation of
-each figure over rounds; the paired per-round overheads (instrumented vs the plain run of the
-same round) with their min/median/max; the plain arm's own run-to-run spread (the noise floor);
-and every run's per-step times. Two diagnostic splits, which do not change the bars:
+* outside the window: mean step time over the steps not left out. Bar: instrumented <= plain + 2 %.
+* whole diagnostic window: the sum of steps 1..59 (step 0 holds CUDA/cuDNN start-up and,
+  instrumented, the profiler's one-time CUPTI start-up), the window included. Bar: <= plain + 5 %.
+  The processes' total wall times (start-up, gpudoctor's own analysis) are reported beside it.
+* before / after the window: the outside mean split at the window (where steps exist).
 
-* ``probes`` arm: ``gpudoctor run --full --no-profile`` — the per-step probes without the
-  profiler window (and without its CUPTI start-up), to separate the probes' cost from the
-  profiler's after-effects.
-* before/after the window: the outside mean split into steps 5-9 and steps 16..N-1.
+Every comparison uses the same steps of the plain runs (the plain figure is recomputed with the
+arm's layout). The overhead is the ratio of the medians over rounds; the JSON also carries, per
+arm, median/min/max/stdev over rounds, the paired per-round overheads, the plain arm's own
+run-to-run range (the noise floor) and every run's per-step times. The bars are judged on the
+CUDA-event (GPU-side step period) figures; the host wall-clock figures are reported beside them.
 """
 
 from __future__ import annotations
@@ -46,10 +45,35 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WINDOW_EXCLUDED = range(10, 16)
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpudoctor.collectors.launch import FULL_WINDOW, RunSpec  # noqa: E402
+
 WARMUP = 5
 BAR_OUTSIDE = 0.02
 BAR_WHOLE = 0.05
+BAR_ARM = "instrumented"
+ARMS = ("plain", "instrumented", "full_layout", "probes")
+FIGURES = ("outside_mean", "whole_total", "before_window_mean", "after_window_mean")
+
+
+def default_window(steps: int) -> tuple[int, int]:
+    """Where ``gpudoctor run --steps N`` puts the window (the product's own rule)."""
+    window = RunSpec(command=("python",), run_dir=Path("."), steps=steps).window
+    assert window is not None, f"--steps {steps} leaves no room for a window"
+    return window
+
+
+def arm_window(mode: str, steps: int) -> tuple[int, int] | None:
+    """The profiler window of an arm (``None``: no window)."""
+    return {"instrumented": default_window(steps), "full_layout": FULL_WINDOW}.get(mode)
+
+
+def arm_flags(mode: str, steps: int) -> list[str]:
+    if mode == "instrumented":
+        first, last = default_window(steps)
+        return ["--full", "--window", f"{first}:{last}"]
+    return {"full_layout": ["--full"], "probes": ["--full", "--no-profile"]}[mode]
 
 
 def worker(steps: int, times_path: Path, batch: int) -> None:
@@ -103,23 +127,30 @@ def worker(steps: int, times_path: Path, batch: int) -> None:
     times_path.write_text(json.dumps({"gpu_ms": gpu_ms, "wall_ms": wall_ms}))
 
 
-def _figures(times: dict) -> dict:
-    out = {}
-    for key in ("gpu_ms", "wall_ms"):
-        values = times[key]
-        outside = [v for i, v in enumerate(values) if i >= WARMUP and i not in WINDOW_EXCLUDED]
-        out[f"outside_mean_{key}"] = statistics.fmean(outside)
-        out[f"whole_total_{key}"] = sum(values[1:])
-        before = [v for i, v in enumerate(values) if WARMUP <= i < WINDOW_EXCLUDED.start]
-        after = [v for i, v in enumerate(values) if i >= WINDOW_EXCLUDED.stop]
-        out[f"before_window_mean_{key}"] = statistics.fmean(before) if before else None
-        out[f"after_window_mean_{key}"] = statistics.fmean(after) if after else None
-        out[f"per_step_{key}"] = [round(v, 4) for v in values]
+def _left_out(window: tuple[int, int] | None) -> set[int]:
+    """Steps kept out of the outside mean: warm-up, the window and the step right after it."""
+    out = set(range(WARMUP))
+    if window is not None:
+        out |= set(range(window[0], window[1] + 2))
     return out
 
 
-ARMS = ("plain", "instrumented", "probes")
-FIGURES = ("outside_mean", "whole_total", "before_window_mean", "after_window_mean")
+def figures(times: dict, window: tuple[int, int] | None) -> dict:
+    """A run's figures (ms) for a window layout; ``times`` holds per-step ``gpu_ms``/``wall_ms``."""
+    out = {}
+    left_out = _left_out(window)
+    for key in ("gpu_ms", "wall_ms"):
+        values = times[key]
+        outside = [v for i, v in enumerate(values) if i not in left_out]
+        out[f"outside_mean_{key}"] = statistics.fmean(outside)
+        out[f"whole_total_{key}"] = sum(values[1:])
+        before = after = []
+        if window is not None:
+            before = [v for i, v in enumerate(values) if WARMUP <= i < window[0]]
+            after = [v for i, v in enumerate(values) if i > window[1] + 1]
+        out[f"before_window_mean_{key}"] = statistics.fmean(before) if before else None
+        out[f"after_window_mean_{key}"] = statistics.fmean(after) if after else None
+    return out
 
 
 def _spread(values: list[float]) -> dict:
@@ -129,47 +160,47 @@ def _spread(values: list[float]) -> dict:
     }
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], steps: int) -> dict:
     """The overheads, their spread and the noise floor, from every run of every round.
 
-    ``runs`` carry ``mode`` (an arm), ``round`` and the figures of :func:`_figures`. The bar
-    figures are unchanged: the ratio of the instrumented arm's median to the plain arm's median.
+    ``runs`` carry ``mode`` (an arm), ``round`` and ``per_step_gpu_ms``/``per_step_wall_ms``.
+    Each arm is compared with the plain runs over the same steps (the arm's layout).
     """
-    def values(mode: str, key: str) -> list[float]:
-        return [r[key] for r in runs if r["mode"] == mode and r.get(key) is not None]
+    def per_step(run: dict) -> dict:
+        return {"gpu_ms": run["per_step_gpu_ms"], "wall_ms": run["per_step_wall_ms"]}
 
-    out: dict = {"arms": {}, "overheads": {}}
+    plain_runs = {r["round"]: r for r in runs if r["mode"] == "plain"}
+    out: dict = {"arms": {}, "overheads": {}, "layouts": {}}
     for mode in ARMS:
-        stats = {f"{fig}_{unit}": _spread(values(mode, f"{fig}_{unit}"))
-                 for fig in FIGURES for unit in ("gpu_ms", "wall_ms") if values(mode, f"{fig}_{unit}")}
-        if stats:
-            out["arms"][mode] = stats
-    plain = {r["round"]: r for r in runs if r["mode"] == "plain"}
-    for mode in ("instrumented", "probes"):
-        if mode not in out["arms"] or "plain" not in out["arms"]:
+        mine = [r for r in runs if r["mode"] == mode]
+        if not mine:
             continue
+        window = arm_window(mode, steps)
+        out["layouts"][mode] = {"window": list(window) if window else None,
+                                "left_out_of_outside": sorted(_left_out(window))}
+        figs = {r["round"]: figures(per_step(r), window) for r in mine}
+        out["arms"][mode] = {key: _spread([f[key] for f in figs.values()])
+                             for key in next(iter(figs.values())) if all(f[key] is not None for f in figs.values())}
+        if mode == "plain" or not plain_runs:
+            continue
+        base = {rnd: figures(per_step(r), window) for rnd, r in plain_runs.items()}
         table = {}
-        for fig in FIGURES:
-            for unit in ("gpu_ms", "wall_ms"):
-                key = f"{fig}_{unit}"
-                a, b = values("plain", key), values(mode, key)
-                if not a or not b:
-                    continue
-                paired = [r[key] / plain[r["round"]][key] - 1 for r in runs
-                          if r["mode"] == mode and r["round"] in plain and r.get(key) and plain[r["round"]].get(key)]
-                table[key] = {
-                    "ratio_of_medians": statistics.median(b) / statistics.median(a) - 1,
-                    "paired_per_round": [round(x, 5) for x in paired],
-                    "paired_min": min(paired) if paired else None,
-                    "paired_median": statistics.median(paired) if paired else None,
-                    "paired_max": max(paired) if paired else None,
-                }
+        for key in out["arms"][mode]:
+            paired = [figs[rnd][key] / base[rnd][key] - 1 for rnd in figs if rnd in base and base[rnd][key]]
+            table[key] = {
+                "plain_median": statistics.median(b[key] for b in base.values()),
+                "ratio_of_medians": out["arms"][mode][key]["median"] / statistics.median(b[key] for b in base.values()) - 1,
+                "paired_per_round": [round(x, 5) for x in paired],
+                "paired_min": min(paired) if paired else None,
+                "paired_median": statistics.median(paired) if paired else None,
+                "paired_max": max(paired) if paired else None,
+            }
         out["overheads"][mode] = table
     if "plain" in out["arms"]:
-        noise = {}
-        for key, stats in out["arms"]["plain"].items():
-            noise[key] = (stats["max"] - stats["min"]) / stats["median"] if stats["median"] else None
-        out["noise_floor_plain_range_over_median"] = noise
+        out["noise_floor_plain_range_over_median"] = {
+            key: (st["max"] - st["min"]) / st["median"] if st["median"] else None
+            for key, st in out["arms"]["plain"].items()
+        }
     return out
 
 
@@ -180,8 +211,7 @@ def _run(mode: str, steps: int, batch: int, tmp: Path, index: int, round_: int) 
     if mode == "plain":
         command = script
     else:
-        extra = ["--no-profile"] if mode == "probes" else []
-        command = [sys.executable, "-m", "gpudoctor", "run", "--full", *extra, "--json",
+        command = [sys.executable, "-m", "gpudoctor", "run", *arm_flags(mode, steps), "--json",
                    "--out", str(tmp / f"rd-{index}"), "--", *script]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
@@ -190,10 +220,12 @@ def _run(mode: str, steps: int, batch: int, tmp: Path, index: int, round_: int) 
     wall_s = time.monotonic() - start
     if result.returncode != 0 or not times.exists():
         raise RuntimeError(f"{mode} run failed (rc {result.returncode}): {result.stderr[-2000:]}")
+    measured = json.loads(times.read_text())
     record = {"mode": mode, "round": round_, "command": command, "process_wall_s": wall_s,
-              **_figures(json.loads(times.read_text()))}
+              **{f"per_step_{k}": [round(v, 4) for v in measured[k]] for k in ("gpu_ms", "wall_ms")}}
     if mode != "plain":
         payload = json.loads(result.stdout)
+        record["profile_window"] = payload["manifest"]["profile_window"]
         record["status"] = payload["manifest"]["status"]
         record["findings"] = [f"{f['severity']} {f['code']}: {f['title']}" for f in payload.get("findings") or []]
         record["steps_recorded"] = payload["manifest"]["steps_recorded"]
@@ -206,10 +238,10 @@ def main() -> int:
     parser.add_argument("--times", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=6,
+    parser.add_argument("--rounds", type=int, default=4,
                         help="rounds; each runs every arm once, in an order that rotates")
-    parser.add_argument("--no-probes-arm", action="store_true",
-                        help="leave out the diagnostic probes-only arm (--no-profile)")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"comma-separated arms to run (plain and {BAR_ARM} always run): {','.join(ARMS)}")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "run_overhead.json")
     args = parser.parse_args()
     if args.worker:
@@ -220,7 +252,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("run_overhead: needs a CUDA GPU", file=sys.stderr)
         return 2
-    arms = ("plain", "instrumented") if args.no_probes_arm else ARMS
+    chosen = {a.strip() for a in args.arms.split(",") if a.strip()} | {"plain", BAR_ARM}
+    unknown = chosen - set(ARMS)
+    if unknown:
+        parser.error(f"unknown arm(s) {sorted(unknown)}; choose from {','.join(ARMS)}")
+    arms = tuple(a for a in ARMS if a in chosen)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -229,48 +265,51 @@ def main() -> int:
                 order = order[::-1]  # then the mirror: each arm follows each other arm alike
             for mode in order:
                 runs.append(_run(mode, args.steps, args.batch, Path(tmp), len(runs), r))
-                print(f"round {r} {mode:13s} outside {runs[-1]['outside_mean_gpu_ms']:.3f} ms/step, "
-                      f"whole {runs[-1]['whole_total_gpu_ms']:.1f} ms", flush=True)
+                fig = figures({"gpu_ms": runs[-1]["per_step_gpu_ms"], "wall_ms": runs[-1]["per_step_wall_ms"]},
+                              arm_window(mode, args.steps))
+                print(f"round {r} {mode:13s} outside {fig['outside_mean_gpu_ms']:.3f} ms/step, "
+                      f"whole {fig['whole_total_gpu_ms']:.1f} ms", flush=True)
 
-    def med(mode: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs if r["mode"] == mode)
-
+    stats = summarize(runs, args.steps)
+    bar = stats["overheads"][BAR_ARM]
     result = {
-        "command": "PYTHONPATH=src python " + " ".join(
-            ["bench/run_overhead.py", *[a for a in sys.argv[1:]]]
-        ),
+        "command": "PYTHONPATH=src python " + " ".join(["bench/run_overhead.py", *sys.argv[1:]]),
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "steps": args.steps,
         "batch": args.batch,
         "rounds": args.rounds,
-        "excluded_from_outside": {"warmup": list(range(WARMUP)), "window": list(WINDOW_EXCLUDED)},
         "arms_run": list(arms),
+        "bar_arm": BAR_ARM,
+        "layouts": stats["layouts"],
+        "overhead_outside_gpu_ms": bar["outside_mean_gpu_ms"]["ratio_of_medians"],
+        "overhead_whole_gpu_ms": bar["whole_total_gpu_ms"]["ratio_of_medians"],
+        "overhead_outside_wall_ms": bar["outside_mean_wall_ms"]["ratio_of_medians"],
+        "overhead_whole_wall_ms": bar["whole_total_wall_ms"]["ratio_of_medians"],
+        # start-up is in neither figure: what the whole process took in each mode makes it visible
+        "process_wall_s": {m: statistics.median(r["process_wall_s"] for r in runs if r["mode"] == m) for m in arms},
+        "statistics": stats,
+        "bars": {"outside_window": BAR_OUTSIDE, "whole_window": BAR_WHOLE},
         "runs": runs,
     }
-    for key in ("gpu_ms", "wall_ms"):
-        result[f"overhead_outside_{key}"] = med("instrumented", f"outside_mean_{key}") / med("plain", f"outside_mean_{key}") - 1
-        result[f"overhead_whole_{key}"] = med("instrumented", f"whole_total_{key}") / med("plain", f"whole_total_{key}") - 1
-    # Start-up is in neither figure (step 0 holds CUDA/cuDNN start-up and the profiler's CUPTI
-    # initialisation); report what the whole process took in each mode so that cost is visible.
-    result["process_wall_s_plain"] = med("plain", "process_wall_s")
-    result["process_wall_s_instrumented"] = med("instrumented", "process_wall_s")
-    result["statistics"] = summarize(runs)
-    result["bars"] = {"outside_window": BAR_OUTSIDE, "whole_window": BAR_WHOLE}
     result["pass_outside"] = result["overhead_outside_gpu_ms"] <= BAR_OUTSIDE
     result["pass_whole"] = result["overhead_whole_gpu_ms"] <= BAR_WHOLE
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(
+    print(verdict_line(result))
+    for line in spread_lines(stats):
+        print(line)
+    return 0 if result["pass_outside"] and result["pass_whole"] else 1
+
+
+def verdict_line(result: dict) -> str:
+    return (
         f"outside the window: {result['overhead_outside_gpu_ms'] * 100:+.2f}% (bar +2%, "
         f"{'pass' if result['pass_outside'] else 'FAIL'}); whole window: "
         f"{result['overhead_whole_gpu_ms'] * 100:+.2f}% (bar +5%, {'pass' if result['pass_whole'] else 'FAIL'}); "
         f"wall clock: {result['overhead_outside_wall_ms'] * 100:+.2f}% / {result['overhead_whole_wall_ms'] * 100:+.2f}%"
     )
-    for line in spread_lines(result["statistics"]):
-        print(line)
-    return 0 if result["pass_outside"] and result["pass_whole"] else 1
 
 
 def spread_lines(stats: dict) -> list[str]:
@@ -280,13 +319,15 @@ def spread_lines(stats: dict) -> list[str]:
     if noise is not None:
         lines.append(f"noise floor (plain runs, outside mean, CUDA events): range {noise * 100:.2f}% of median")
     for mode, table in stats.get("overheads", {}).items():
+        window = stats.get("layouts", {}).get(mode, {}).get("window")
+        where = f"window {window[0]}-{window[1]}" if window else "no window"
         for key in ("outside_mean_gpu_ms", "before_window_mean_gpu_ms", "after_window_mean_gpu_ms",
                     "whole_total_gpu_ms", "outside_mean_wall_ms"):
             row = table.get(key)
             if row and row["paired_median"] is not None:
                 lines.append(
-                    f"{mode:12s} {key:26s} ratio of medians {row['ratio_of_medians'] * 100:+.2f}%; paired per round "
-                    f"min {row['paired_min'] * 100:+.2f}% median {row['paired_median'] * 100:+.2f}% "
+                    f"{mode:12s} ({where}) {key:26s} ratio of medians {row['ratio_of_medians'] * 100:+.2f}%; "
+                    f"paired per round min {row['paired_min'] * 100:+.2f}% median {row['paired_median'] * 100:+.2f}% "
                     f"max {row['paired_max'] * 100:+.2f}% (n={len(row['paired_per_round'])})"
                 )
     return lines

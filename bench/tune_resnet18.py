@@ -1,30 +1,38 @@
-"""`gpudoctor tune all` on ResNet-18 (CIFAR variant) in the seeds' "basic user" setup: the bars of issue 10.
+"""`gpudoctor tune` on ResNet-18 (CIFAR variant) in the seeds' "basic user" setup: the bars of issue 10.
 
-    PYTHONPATH=src python bench/tune_resnet18.py --out bench/results/tune-resnet18-h200.json
+    PYTHONPATH=src python bench/tune_resnet18.py --out bench/results/tune-resnet18-h200.json --budget-s 370
+    PYTHONPATH=src python bench/tune_resnet18.py --smoke --out /tmp/smoke.json     # CPU dry run
 
 The job: ResNet-18 (``bench/models.py``: 3x3 stem, no max-pool) on 32x32 images, 50k in-memory uint8
 images with per-sample CPU augmentation (pad + random crop, flip, normalise), SGD, the engine's
-defaults (``TrainConfig(batch_size=128)``: precision ``auto``, cudnn.benchmark, the default
-``fast_loader``). What it measures, in order:
+defaults (``TrainConfig(batch_size=128)``: precision ``auto``, channels_last ``auto``,
+cudnn.benchmark, the default ``fast_loader``). One GPU, in this order (what the bars need most first):
 
-1. ``tune all`` (the torch.compile trial left out: see ``reduced`` in the JSON) -> the tuned config;
-2. the true batch limit: an exact bisection, one sample wide, between the largest batch the search
-   saw fit and the smallest it saw fail (real steps, same process) -> found / true;
-3. one full epoch with evaluation at the largest safe batch the search found, with the settings
-   loaded back from the written files (``TrainConfig.from_file``, ``LoaderSettings.from_file``): no
-   OOM (the micro-batch split stays 1: the engine would halve it on an OOM);
-4. throughput: the written config exactly as the engine loads it (its batch is the throughput knee,
-   see docs/tune.md) vs the engine's defaults, each a timed epoch on an already warm trainer ->
-   tuned / defaults.
+1. ``tune all`` -> the tuned config (the torch.compile trial only with ``--compile``; see
+   ``reduced`` in the JSON);
+2. two full epochs, each with evaluation, at the largest safe batch the search found, with the
+   settings loaded back from the written files (``TrainConfig.from_file``,
+   ``LoaderSettings.from_file``): no OOM (the micro-batch split stays 1: the engine would halve it
+   on an OOM instead of crashing);
+3. throughput: the written config exactly as the engine loads it vs the engine's defaults, each
+   timed over two epochs on an already warm trainer -> tuned / defaults;
+4. the true batch limit: the search's bracket (largest batch seen to fit, smallest seen to run out
+   of memory) probed again with real steps, then narrowed to ``--resolution`` (1% of the batch) ->
+   found safe batch / true limit, worst case over the bracket.
+
+The 2-GPU bar (the ddp knob's hook choice) is ``bench/tune_ddp.py``, on this same target.
 
 Every figure in the JSON comes from this run; a step that did not fit the time budget is listed as
-skipped, with the reason.
+skipped, with the reason. ``--smoke`` swaps in a tiny CNN with a simulated memory limit (a real
+``torch.OutOfMemoryError`` above 200 samples) and small data, so every step's code runs on a CPU;
+its figures mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import platform
@@ -48,9 +56,12 @@ from gpudoctor.tune.target import LoaderSettings, TuneTarget  # noqa: E402
 
 REF = f"{Path(__file__).resolve()}:target"
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-IMAGES = int(os.environ.get("TUNE_BENCH_IMAGES", "50000"))
-EVAL_IMAGES = int(os.environ.get("TUNE_BENCH_EVAL_IMAGES", "10000"))
-BASE_BATCH = 128
+SMOKE = os.environ.get("TUNE_BENCH_SMOKE") == "1"  # an env var: child processes and torchrun ranks see it
+IMAGES = int(os.environ.get("TUNE_BENCH_IMAGES", "1024" if SMOKE else "50000"))
+EVAL_IMAGES = int(os.environ.get("TUNE_BENCH_EVAL_IMAGES", "256" if SMOKE else "10000"))
+BASE_BATCH = int(os.environ.get("TUNE_BENCH_BATCH", "128"))
+SMOKE_LIMIT = 200  # --smoke: the simulated memory limit, in samples
+RESERVE_S = 120.0  # of --budget-s kept from tune all for the epochs, tuned vs defaults and the true limit
 
 
 class CifarStyle(Dataset):
@@ -78,6 +89,27 @@ class CifarStyle(Dataset):
         return (img - self.mean) / self.std, self.labels[i]
 
 
+class SmokeNet(nn.Module):
+    """--smoke only: a tiny CNN that raises a real ``torch.OutOfMemoryError`` for a batch above
+    ``SMOKE_LIMIT`` samples (twice that in eval), so the limit steps have a boundary on a CPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, 2, 1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        limit = SMOKE_LIMIT if self.training else 2 * SMOKE_LIMIT
+        if x.shape[0] > limit:
+            raise torch.OutOfMemoryError(f"simulated (--smoke): batch {x.shape[0]} > {limit}")
+        return self.fc(F.adaptive_avg_pool2d(F.relu(self.bn(self.conv(x))), 1).flatten(1))
+
+
+def model_factory() -> nn.Module:
+    return SmokeNet() if SMOKE else resnet18_cifar()
+
+
 def _sgd(params):
     return torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
 
@@ -85,209 +117,390 @@ def _sgd(params):
 _DATA: dict[str, Dataset] = {}
 
 
-def target() -> TuneTarget:
-    """The basic user's job with the engine's defaults (what ``gpudoctor tune --target`` loads)."""
+def make_target(batch: int = BASE_BATCH) -> TuneTarget:
+    """The basic user's job with the engine's defaults at a per-device ``batch``."""
     if not _DATA:
         _DATA["train"] = CifarStyle(IMAGES, seed=0)
         _DATA["eval"] = CifarStyle(EVAL_IMAGES, seed=1, augment=False)
-    return TuneTarget(model_factory=resnet18_cifar, optimizer_factory=_sgd, loss_fn=nn.CrossEntropyLoss(),
+    return TuneTarget(model_factory=model_factory, optimizer_factory=_sgd, loss_fn=nn.CrossEntropyLoss(),
                       train_dataset=_DATA["train"], eval_dataset=_DATA["eval"],
-                      config=TrainConfig(batch_size=BASE_BATCH), loader=LoaderSettings())
+                      config=TrainConfig(batch_size=batch), loader=LoaderSettings())
 
 
-def _batch_probes(result) -> tuple[int | None, int | None, int | None]:
-    """(largest size seen to fit, smallest seen to OOM, chosen) from the batch knob's trials."""
+def target() -> TuneTarget:
+    """What ``gpudoctor tune --target bench/tune_resnet18.py:target`` loads."""
+    return make_target()
+
+
+_FLOPS: list[float | None] = []
+
+
+def flops_per_sample() -> float | None:
+    """Counted once on a 2-sample CPU batch and given to every trainer here: the engine would
+    otherwise count them on the first step of every ``fit`` (an extra forward and backward inside
+    the timed epoch)."""
+    if not _FLOPS:
+        from gpudoctor.train.metrics import count_flops
+
+        ds = make_target().train_dataset
+        x, y = (torch.stack(v) for v in zip(*(ds[i] for i in range(2))))
+        model = model_factory()
+        _FLOPS.append(count_flops(lambda: nn.CrossEntropyLoss()(model(x), y).backward()) / 2 or None)
+    return _FLOPS[0]
+
+
+def quiet(config: TrainConfig) -> TrainConfig:
+    return config.replace(log=LogConfig(progress_bar=False, every_steps=10_000, flops_per_sample=flops_per_sample()))
+
+
+def release_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _batch_facts(result) -> dict:
+    """What the batch knob found: largest size seen to fit, smallest seen to OOM, the safe batch
+    (largest fit minus the margin), the batch written (the knee) and a probe's cost near the top."""
     knob = next((k for k in result.knobs if k.knob == "batch"), None)
     if knob is None:
-        return None, None, None
-    fit = [t.params["batch_size"] for t in knob.trials if t.knob == "batch" and t.verdict.value == "ok"
-           and "chosen" not in t.setting]
-    oom = [t.params["batch_size"] for t in knob.trials if t.knob == "batch" and t.verdict.value == "oom"]
-    return (max(fit) if fit else None), (min(oom) if oom else None), knob.params.get("max_batch_size")
+        return {}
+    probes = [t for t in knob.trials if t.knob == "batch" and "chosen" not in t.setting]
+    fit = [t for t in probes if t.verdict.value == "ok"]
+    oom = [t.params["batch_size"] for t in probes if t.verdict.value == "oom"]
+    largest = max((t.params["batch_size"] for t in fit), default=None)
+    top = [t.wall_s for t in fit if largest and t.params["batch_size"] >= 0.5 * largest]
+    return {"search_largest_fit": largest, "search_first_oom": min(oom) if oom else None,
+            "found_safe_batch": knob.params.get("max_batch_size"), "written_batch": knob.params.get("batch_size"),
+            "search_probes": len(probes), "search_probe_s": round(sum(t.wall_s for t in probes), 1),
+            "probe_cost_s": round(max(top), 1) if top else None, "summary": knob.summary, "notes": list(knob.notes)}
 
 
-def exact_limit(tuned: TrainConfig, lo: int, hi: int, deadline: float) -> dict:
-    """Bisect to one sample between ``lo`` (fits) and ``hi`` (OOM) with real steps."""
-    from gpudoctor.records.tune import TrialVerdict
-    from gpudoctor.tune.session import TuneContext, TuneOptions
-    from gpudoctor.tune.trials import TrialRunner
-
-    t = target()
-    runner = TrialRunner(t, REF, isolation="inline")
-    ctx = TuneContext(t, runner, TuneOptions(), device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    ctx.config = tuned
-    probes = []
-    while hi - lo > 1:
-        if time.perf_counter() > deadline:
-            return {"status": "stopped by the time budget", "lo": lo, "hi": hi, "probes": probes}
-        mid = (lo + hi) // 2
-        trial = runner.run(ctx.spec("batch", f"batch={mid}", {}, batch_size=mid, warmup=1, steps=2))
-        fits = trial.verdict in (TrialVerdict.OK, TrialVerdict.REJECTED)
-        probes.append({"batch": mid, "verdict": trial.verdict.value, "wall_s": round(trial.wall_s, 2)})
-        print(f"exact: batch={mid} {trial.verdict.value}", file=sys.stderr, flush=True)
-        lo, hi = (mid, hi) if fits else (lo, mid)
-    return {"status": "exact", "true_limit": lo, "first_oom": hi, "probes": probes}
-
-
-def _quiet(config: TrainConfig) -> TrainConfig:
-    return config.replace(log=LogConfig(progress_bar=False, every_steps=10_000))
-
-
-def full_epoch_with_eval(config_path: str, loader_path: str, batch: int) -> dict:
-    """One full epoch plus evaluation at ``batch`` with the written settings: no OOM means the
-    micro-batch split stayed 1 (the engine halves the micro-batch on an OOM instead of crashing)."""
+def found_batch_epochs(config_path: str, loader_path: str, batch: int, epochs: int) -> dict:
+    """``epochs`` full epochs, each followed by evaluation, at ``batch`` with the written settings."""
     from gpudoctor.tune.trials import make_loader
 
-    config = _quiet(TrainConfig.from_file(config_path)).replace(batch_size=batch)
+    config = quiet(TrainConfig.from_file(config_path)).replace(batch_size=batch)
     settings = LoaderSettings.from_file(loader_path)
-    t = target()
+    t = make_target()
     eval_batch = settings.eval_batch_size or batch
     train_loader = make_loader(t.train_dataset, batch, settings, seed=config.seed or 0)
     eval_loader = make_loader(t.eval_dataset, eval_batch, settings, shuffle=False, drop_last=False)
-    trainer = Trainer(resnet18_cifar(), _sgd, nn.CrossEntropyLoss(), config=config)
+    trainer = Trainer(t.model_factory(), _sgd, nn.CrossEntropyLoss(), config=config)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    fit = trainer.fit(train_loader, epochs=1, val_loader=eval_loader)
+    fit = trainer.fit(train_loader, epochs=epochs, val_loader=eval_loader)
     wall = time.perf_counter() - t0
-    return {"batch": batch, "eval_batch": eval_batch, "steps": fit.steps, "steps_per_epoch": len(train_loader),
-            "epochs_completed": fit.epochs_completed, "micro_batch_split": fit.micro_batch_split,
-            "oom_free": fit.micro_batch_split == 1 and fit.epochs_completed == 1 and fit.val_loss is not None,
-            "val_loss": fit.val_loss, "train_loss": fit.train_loss, "wall_s": round(wall, 2),
-            "precision": fit.precision, "peak_allocated_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None}
+    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+    out = {"batch": batch, "eval_batch": eval_batch, "epochs": epochs, "epochs_completed": fit.epochs_completed,
+           "steps": fit.steps, "steps_per_epoch": len(train_loader), "samples": fit.samples,
+           "dataset": len(t.train_dataset), "micro_batch_split": fit.micro_batch_split,
+           "oom_free": fit.micro_batch_split == 1 and fit.epochs_completed == epochs and fit.val_loss is not None,
+           "val_loss": fit.val_loss, "train_loss": fit.train_loss, "wall_s": round(wall, 2),
+           "precision": fit.precision, "peak_allocated_bytes": peak}
+    del trainer, train_loader, eval_loader
+    release_memory()
+    return out
 
 
-def tuned_epoch_rate(config_path: str, loader_path: str) -> dict:
-    """The written config exactly as the engine loads it: a warm-up epoch, then a timed epoch."""
+def _timed(trainer: Trainer, loader, epochs: int) -> dict:
+    fit = trainer.fit(loader, epochs=epochs)
+    return {"samples_per_s": fit.samples_per_s, "elapsed_s": round(fit.elapsed_s, 2), "steps": fit.steps,
+            "epochs": epochs, "micro_batch_split": fit.micro_batch_split, "precision": fit.precision}
+
+
+def tuned_rate(config_path: str, loader_path: str, epochs: int) -> dict:
+    """The written config exactly as the engine loads it: a warm-up epoch, then ``epochs`` timed."""
     from gpudoctor.tune.trials import make_loader
 
-    config = _quiet(TrainConfig.from_file(config_path))
+    config = quiet(TrainConfig.from_file(config_path))
     settings = LoaderSettings.from_file(loader_path)
-    t = target()
+    t = make_target()
     loader = make_loader(t.train_dataset, config.batch_size, settings, seed=config.seed or 0)
-    trainer = Trainer(resnet18_cifar(), _sgd, nn.CrossEntropyLoss(), config=config)
+    trainer = Trainer(t.model_factory(), _sgd, nn.CrossEntropyLoss(), config=config)
     trainer.fit(loader, epochs=1)
-    timed = trainer.fit(loader, epochs=1)
-    return {"batch": config.batch_size, "precision": timed.precision, "channels_last": config.perf.channels_last,
-            "loader": settings.to_dict(), "samples_per_s": timed.samples_per_s, "epoch_s": round(timed.elapsed_s, 2),
-            "steps": timed.steps, "micro_batch_split": timed.micro_batch_split}
+    out = {"batch": config.batch_size, "channels_last": config.perf.channels_last, "compile": config.perf.compile,
+           "loader": settings.to_dict(), **_timed(trainer, loader, epochs)}
+    del trainer, loader
+    release_memory()
+    return out
 
 
-def defaults_run() -> dict:
-    """The engine's defaults (TrainConfig(batch_size=128) and its fast_loader): warm up, then an epoch."""
+def defaults_rate(epochs: int) -> dict:
+    """The engine's defaults (TrainConfig(batch_size=128), fast_loader): 60 warm-up steps, then
+    ``epochs`` timed."""
     from gpudoctor.train.data import fast_loader
 
-    t = target()
-    config = _quiet(t.config)
+    t = make_target()
+    config = quiet(t.config)
     loader = fast_loader(t.train_dataset, BASE_BATCH, seed=config.seed or 0)
-    trainer = Trainer(resnet18_cifar(), _sgd, nn.CrossEntropyLoss(), config=config.replace(max_steps=60))
+    trainer = Trainer(t.model_factory(), _sgd, nn.CrossEntropyLoss(), config=config.replace(max_steps=60))
     trainer.fit(loader, epochs=1)
-    trainer.config = config  # the same warm trainer, now for a whole epoch
-    timed = trainer.fit(loader, epochs=1)
-    return {"batch": BASE_BATCH, "precision": timed.precision, "samples_per_s": timed.samples_per_s,
-            "epoch_s": round(timed.elapsed_s, 2), "steps": timed.steps}
+    trainer.config = config  # the same warm trainer, now for whole epochs
+    out = {"batch": BASE_BATCH, **_timed(trainer, loader, epochs)}
+    del trainer, loader
+    release_memory()
+    return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--budget-s", type=float, default=225.0, help="the whole bench")
-    parser.add_argument("--tune-budget-s", type=float, default=120.0, help="tune all's own --budget-s")
-    parser.add_argument("--allow-cpu", action="store_true", help="smoke-test the script on a CPU (figures meaningless)")
-    args = parser.parse_args()
+def true_limit(config: TrainConfig, lo: int, hi: int, *, resolution: float, deadline: float,
+               probe_cost: float) -> dict:
+    """Probe the search's bracket again (``lo`` must fit, ``hi`` must not), widen it if either
+    disagrees, then narrow it to ``resolution``: the same real steps as the search's probes."""
+    from gpudoctor.records.tune import TrialVerdict
+    from gpudoctor.tune.search import narrow
+    from gpudoctor.tune.session import TuneContext, TuneOptions
+    from gpudoctor.tune.trials import TrialRunner
+
+    t = make_target()
+    runner = TrialRunner(t, REF, isolation="inline")
+    ctx = TuneContext(t, runner, TuneOptions(), device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    ctx.config = config.replace(perf=dataclasses.replace(config.perf, compile=False))  # the probes run eager
+    probes: list[dict] = []
+
+    class OutOfTime(Exception):
+        pass
+
+    def fits(size: int) -> bool:
+        seen = next((p["fits"] for p in probes if p["batch"] == size), None)
+        if seen is not None:  # probed in this step already
+            return seen
+        if deadline - time.perf_counter() < probe_cost * 1.2 + 5:
+            raise OutOfTime
+        trial = runner.run(ctx.spec("batch", f"batch={size}", {}, batch_size=size, warmup=1, steps=2))
+        ok = trial.verdict in (TrialVerdict.OK, TrialVerdict.REJECTED)
+        probes.append({"batch": size, "fits": ok, "verdict": trial.verdict.value, "wall_s": round(trial.wall_s, 2),
+                       "peak_mem_bytes": trial.peak_mem_bytes})
+        print(f"true limit: batch={size} {trial.verdict.value} ({trial.wall_s:.1f} s)", file=sys.stderr, flush=True)
+        return ok
+
+    out: dict = {"resolution": resolution, "probes": probes}
+    try:
+        step = max(1, int(lo * 2 * resolution))
+        for _ in range(8):  # the largest fit seen by the search must fit now; if not, walk down
+            if fits(lo) or lo == 1:
+                break
+            hi, lo, step = lo, max(1, lo - step), step * 2
+        step = max(1, int(hi * 2 * resolution))
+        for _ in range(8):  # the first OOM seen by the search must fail now; if not, walk up
+            if not fits(hi):
+                break
+            lo, hi, step = hi, hi + step, step * 2
+        narrow(fits, lo, hi, resolution=resolution)
+        status = f"bracketed to {resolution:.0%}"
+    except OutOfTime:
+        status = "stopped by the time budget"
+    # only sizes probed here count: the largest that fit below the smallest that failed
+    failed = [p["batch"] for p in probes if not p["fits"]]
+    first_oom = min(failed, default=None)
+    fitted = [p["batch"] for p in probes if p["fits"] and (first_oom is None or p["batch"] < first_oom)]
+    largest = max(fitted, default=None)
+    complete = largest is not None and first_oom is not None
+    out.update(status=status if complete else f"{status}; no bracket (a fit and a failure) was probed",
+               largest_fit=largest, first_oom=first_oom)
+    release_memory()
+    return out
+
+
+def env_facts() -> dict:
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "gpus_visible": torch.cuda.device_count(), "cpus": os.cpu_count(), "smoke": SMOKE}
+
+
+def setup_facts() -> dict:
+    return {"model": "tiny CNN, simulated limit (--smoke)" if SMOKE else "ResNet-18 CIFAR variant (bench/models.py)",
+            "images": IMAGES, "eval_images": EVAL_IMAGES,
+            "augmentation": "per-sample CPU: reflect pad 4 + random crop 32, flip, normalise",
+            "optimizer": "SGD lr 0.1 momentum 0.9 nesterov wd 5e-4",
+            "engine_defaults": f"TrainConfig(batch_size={BASE_BATCH}), fast_loader defaults"}
+
+
+def command_line() -> str:
+    launcher = "torchrun --standalone --nproc_per_node 2 " if os.environ.get("WORLD_SIZE", "1") != "1" else "python "
+    return "PYTHONPATH=src " + launcher + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+
+
+def main_single(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     deadline = started + args.budget_s
+
+    def left() -> float:
+        return deadline - time.perf_counter()
+
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    report: dict = {
-        "command": "PYTHONPATH=src python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "env": {"torch": torch.__version__, "python": platform.python_version(),
-                "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                "gpus_visible": torch.cuda.device_count(), "cpus": os.cpu_count()},
-        "setup": {"model": "ResNet-18 CIFAR variant (bench/models.py)", "images": IMAGES, "eval_images": EVAL_IMAGES,
-                  "augmentation": "per-sample CPU: reflect pad 4 + random crop 32, flip, normalise",
-                  "optimizer": "SGD lr 0.1 momentum 0.9 nesterov wd 5e-4",
-                  "engine_defaults": "TrainConfig(batch_size=128), fast_loader defaults"},
-        "reduced": ["torch.compile trial left out (TuneOptions(compile=False), the CLI's --no-compile), to keep "
-                    "the job inside its 240 s budget; its compile time was not measured here"],
-        "skipped": [],
-    }
+    reduced = [] if args.compile else [
+        "torch.compile trial left out (TuneOptions(compile=False), the CLI's --no-compile): when compile wins, "
+        "the knee check, every loader trial, the epochs with evaluation and the tuned run each compile again, "
+        "a cascade this one-call job (430 s) cannot absorb; rerun with --compile (job: TUNE_COMPILE=1) and a "
+        "larger budget to include it"]
+    report: dict = {"command": command_line(), "env": env_facts(), "setup": setup_facts(), "budget_s": args.budget_s,
+                    "order": ["tune all", "epochs with eval at the found batch", "tuned vs defaults", "true limit"],
+                    "reduced": reduced, "skipped": []}
 
     def save() -> None:
+        report["total_wall_s"] = round(time.perf_counter() - started, 1)
         out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
 
     if not torch.cuda.is_available() and not args.allow_cpu:
         report["skipped"].append("no CUDA GPU: nothing measured")
         save()
-        print("no CUDA GPU", file=sys.stderr)
+        print("no CUDA GPU (use --smoke for a CPU dry run)", file=sys.stderr)
         return 1
     from gpudoctor.records.base import to_dict
     from gpudoctor.report.tune_view import trial_line
     from gpudoctor.tune.session import TuneOptions, tune
 
-    # 1. tune all
+    # 1. tune all (its budget leaves the other steps their time when the whole budget is small)
+    tune_budget = min(args.tune_budget_s, max(30.0, args.budget_s - RESERVE_S))
+    if tune_budget < args.tune_budget_s:
+        report["reduced"].append(f"tune all's budget cut from {args.tune_budget_s:g} s to {tune_budget:g} s to leave "
+                                 f"{RESERVE_S:g} s of --budget-s {args.budget_s:g} for the other steps")
     t0 = time.perf_counter()
-    result = tune(["all"], target_ref=REF, options=TuneOptions(budget_s=args.tune_budget_s, compile=False),
-                  out=out.parent / "tune-resnet18-tuned.toml",
+    options = TuneOptions(budget_s=tune_budget, compile=args.compile)
+    result = tune(["all"], target_ref=REF, target=make_target(), options=options,
+                  out=out.parent / f"{out.stem.replace('-h200', '')}-tuned.toml",
                   on_trial=lambda trial: print(trial_line(trial), file=sys.stderr, flush=True),
                   on_knob=lambda name: print(f"tuning {name} ...", file=sys.stderr, flush=True))
     tune_s = time.perf_counter() - t0
-    report["tune"] = {"wall_s": round(tune_s, 1), "bar_s": 300, "pass": tune_s < 300, "result": to_dict(result)}
+    report["tune"] = {"wall_s": round(tune_s, 1), "bar_s": 300, "pass": tune_s < 300, "budget_s": tune_budget,
+                      "result": to_dict(result)}
     if result.interrupted or any("budget" in k.summary for k in result.knobs):
-        report["reduced"].append(f"tune all stopped starting trials at --budget-s {args.tune_budget_s:g}; "
+        report["reduced"].append(f"tune all stopped starting trials at --budget-s {tune_budget:g}; "
                                  "see each knob's summary")
+    facts = _batch_facts(result)
+    report["batch"] = facts
     save()
+    safe = facts.get("found_safe_batch")
+    cost = facts.get("probe_cost_s") or 15.0
 
-    # 2. the true limit
-    largest, first_oom, safe = _batch_probes(result)
-    limit: dict = {"search_largest_fit": largest, "search_first_oom": first_oom, "found_safe_batch": safe}
-    if largest and first_oom and deadline - time.perf_counter() > 50:
-        tuned = TrainConfig.from_file(result.config_path)
-        tuned = tuned.replace(perf=dataclasses.replace(tuned.perf, compile=False))  # the probes run eager
-        limit.update(exact_limit(tuned, largest, first_oom, deadline - 38))
-        true = limit.get("true_limit")
-        if true and safe:
-            limit["found_safe_over_true"] = round(safe / true, 4)
-            limit["largest_fit_over_true"] = round(largest / true, 4)
-            limit["bar"] = "found safe batch (largest fit minus the margin) within 10% of the true limit"
-            limit["pass"] = 0.9 * true <= safe <= true
-    elif not (largest and first_oom):
-        report["skipped"].append("exact limit: the batch search saw no OOM (capped), so there is no boundary to refine")
-    else:
-        report["skipped"].append("exact limit probe: not enough time left in the budget")
-    report["limit"] = limit
-    save()
-
-    # 3. a full epoch with evaluation at the largest safe batch the search found
-    if result.config_path and safe and deadline - time.perf_counter() > 30:
+    def guarded(name: str, fn):
+        """One step; an error is recorded and the next step still runs."""
         try:
-            report["found_batch_epoch"] = full_epoch_with_eval(result.config_path, result.loader_path, safe)
-        except torch.OutOfMemoryError as exc:
-            report["found_batch_epoch"] = {"batch": safe, "oom_free": False, "error": str(exc)[:300]}
-        save()
-    else:
-        report["skipped"].append("full epoch at the found batch: not enough time left in the budget")
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - the bench reports, it does not stop
+            report.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}"[:400])
+            release_memory()
+            return None
 
-    # 4. the written config vs the engine's defaults, each a timed epoch on a warm trainer
-    if result.config_path and deadline - time.perf_counter() > 25:
-        report["tuned"] = tuned_epoch_rate(result.config_path, result.loader_path)
+    # 2. full epochs with evaluation at the largest safe batch the search found
+    if not (result.config_path and safe):
+        report["skipped"].append("epochs at the found batch: the batch knob chose no batch")
+    elif left() < max(30.0, 2.5 * cost):
+        report["skipped"].append(f"epochs at the found batch: {left():.0f} s left in the budget")
+    else:
+        def epochs() -> dict:
+            try:
+                return found_batch_epochs(result.config_path, result.loader_path, safe, args.epochs)
+            except torch.OutOfMemoryError as exc:
+                release_memory()
+                return {"batch": safe, "oom_free": False, "error": str(exc)[:300]}
+
+        report["found_batch_epoch"] = guarded("epochs at the found batch", epochs)
         save()
-        if deadline - time.perf_counter() > 12:
-            report["defaults"] = defaults_run()
-            if report["defaults"]["samples_per_s"]:
+
+    # 3. the written config vs the engine's defaults
+    if not result.config_path:
+        report["skipped"].append("tuned vs defaults: no config was written")
+    elif left() < 25 + (60 if result.config.get("perf", {}).get("compile") else 0):
+        report["skipped"].append(f"tuned vs defaults: {left():.0f} s left in the budget")
+    else:
+        report["tuned"] = guarded("tuned run", lambda: tuned_rate(result.config_path, result.loader_path, args.epochs))
+        save()
+        if report["tuned"] and left() > 15:
+            report["defaults"] = guarded("defaults run", lambda: defaults_rate(args.epochs))
+            if report["defaults"] and report["defaults"]["samples_per_s"]:
                 speedup = report["tuned"]["samples_per_s"] / report["defaults"]["samples_per_s"]
                 report["speedup"] = {"tuned_over_defaults": round(speedup, 3), "bar": 1.2, "pass": speedup >= 1.2}
-        else:
-            report["skipped"].append("engine-defaults epoch: not enough time left in the budget")
+        elif report["tuned"]:
+            report["skipped"].append(f"engine-defaults epochs: {left():.0f} s left in the budget")
+        save()
+
+    # 4. the true limit around the search's bracket
+    lo, hi = facts.get("search_largest_fit"), facts.get("search_first_oom")
+    limit: dict = {}
+    if not (lo and hi and safe):
+        report["skipped"].append("true limit: the batch search saw no OOM (capped) or chose nothing: no boundary")
+    elif left() < cost * 1.2 + 5:
+        report["skipped"].append(f"true limit: {left():.0f} s left in the budget")
     else:
-        report["skipped"].append("tuned vs defaults: not enough time left in the budget")
-    report["total_wall_s"] = round(time.perf_counter() - started, 1)
+        tuned = TrainConfig.from_file(result.config_path)
+        limit = guarded("true limit", lambda: true_limit(tuned, lo, hi, resolution=args.resolution,
+                                                         deadline=deadline, probe_cost=cost)) or {}
+    if limit.get("largest_fit") and limit.get("first_oom"):
+        fit_max, oom_min = limit["largest_fit"], limit["first_oom"]
+        # the true limit is in [fit_max, oom_min - 1]: judge the found batch against the worst case
+        limit["true_limit_range"] = [fit_max, oom_min - 1]
+        limit["bracket_width"] = round((oom_min - fit_max) / fit_max, 4)
+        limit["found_safe_batch"] = safe
+        limit["found_over_true_worst"] = round(safe / (oom_min - 1), 4)
+        limit["found_over_true_best"] = round(safe / fit_max, 4)
+        limit["bar"] = "found safe batch >= 90% of the true limit's upper bound, and not above the largest that fit"
+        limit["pass"] = 0.9 * (oom_min - 1) <= safe <= fit_max
+    report["limit"] = limit
     save()
-    summary = {k: report.get(k) for k in ("limit", "found_batch_epoch", "tuned", "defaults", "speedup")}
-    knobs = {k["knob"]: k["summary"] for k in report["tune"]["result"]["knobs"]}
-    print(json.dumps({"tune_s": report["tune"]["wall_s"], "knobs": knobs, **summary, "skipped": report["skipped"],
-                      "reduced": report["reduced"], "total_wall_s": report["total_wall_s"]}, indent=1, default=str))
+    print("\n".join(summary_lines(report)))
     return 0
+
+
+def summary_lines(r: dict) -> list[str]:
+    """The few lines a person reads at the end of the job (the bars last: a log's tail shows them)."""
+    def verdict(ok) -> str:
+        return "PASS" if ok else ("FAIL" if ok is not None else "n/a")
+
+    lines = [f"== tune bench ({r['env'].get('gpu') or 'CPU'}; {r.get('total_wall_s')} s of {r.get('budget_s')} s)"]
+    tune = r.get("tune")
+    for k in tune["result"]["knobs"] if tune else []:
+        lines.append(f"  {k['knob']}: {k['summary']}"[:180])
+    b = r.get("batch") or {}
+    if b:
+        lines.append(f"batch search: {b.get('search_probes')} probes in {b.get('search_probe_s')} s; fit "
+                     f"{b.get('search_largest_fit')}, OOM {b.get('search_first_oom')}, safe {b.get('found_safe_batch')}, "
+                     f"written {b.get('written_batch')}")
+    for what in ("reduced", "skipped", "errors"):
+        lines += [f"{what}: {item}"[:220] for item in r.get(what, [])]
+    if tune:
+        lines.append(f"BAR tune all: {tune['wall_s']} s (< 300 s: {verdict(tune['pass'])})")
+    e = r.get("found_batch_epoch")
+    if e:
+        lines.append(f"BAR found batch {e['batch']}: {e.get('epochs_completed')} epochs + eval, {e.get('steps')} steps, "
+                     f"split {e.get('micro_batch_split')}: OOM-free {verdict(e.get('oom_free'))}")
+    lim = r.get("limit") or {}
+    if "true_limit_range" in lim:
+        lines.append(f"BAR true limit in {lim['true_limit_range']} ({lim['status']}, {len(lim['probes'])} probes): "
+                     f"found {lim['found_safe_batch']} = {lim['found_over_true_worst']:.3f}..{lim['found_over_true_best']:.3f}"
+                     f" of it (>= 0.9: {verdict(lim['pass'])})")
+    s = r.get("speedup")
+    if s:
+        lines.append(f"BAR tuned {r['tuned']['samples_per_s']:,.0f} samples/s (batch {r['tuned']['batch']}) vs defaults "
+                     f"{r['defaults']['samples_per_s']:,.0f}: {s['tuned_over_defaults']}x (>= 1.2: {verdict(s['pass'])})")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--budget-s", type=float, default=370.0, help="the whole bench (it stops starting steps)")
+    parser.add_argument("--tune-budget-s", type=float, default=210.0, help="tune all's own --budget-s")
+    parser.add_argument("--compile", action="store_true", help="include the torch.compile trial in tune all")
+    parser.add_argument("--resolution", type=float, default=0.01, help="true limit: bracket width / batch")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs at the found batch, and timed epochs")
+    parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU (figures meaningless)")
+    parser.add_argument("--smoke", action="store_true", help="CPU dry run: tiny CNN, simulated memory limit")
+    args = parser.parse_args()
+    reexec_for_smoke(args.smoke)
+    args.allow_cpu = args.allow_cpu or args.smoke or SMOKE
+    return main_single(args)
+
+
+def reexec_for_smoke(smoke: bool) -> None:
+    """--smoke: start again with TUNE_BENCH_SMOKE=1 (the target is built from the environment, so
+    trial child processes and torchrun ranks build the same one)."""
+    if smoke and not SMOKE:
+        os.environ["TUNE_BENCH_SMOKE"] = "1"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
 if __name__ == "__main__":

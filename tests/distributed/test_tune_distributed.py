@@ -41,8 +41,13 @@ def test_ddp_knob_measures_buckets_and_hooks(tmp_path: Path) -> None:
     (knob,) = result["knobs"]
     settings = [t["setting"] for t in knob["trials"]]
     assert settings[:4] == [f"bucket_cap_mb={b} hook=none" for b in (25, 10, 50, 100)]
-    assert {s.split("hook=")[1] for s in settings[4:]} == {"fp16", "bf16"}
+    # then no hook, fp16 and bf16 at the chosen size, 3 interleaved rounds in a rotating order
+    bucket = knob["params"]["parallel.bucket_cap_mb"]
+    hooks = [s.removeprefix(f"bucket_cap_mb={bucket:g} hook=") for s in settings[4:]]
+    assert hooks == ["none round 1", "fp16 round 1", "bf16 round 1", "fp16 round 2", "bf16 round 2",
+                     "none round 2", "bf16 round 3", "none round 3", "fp16 round 3"]
     assert knob["winner"] in settings
+    assert any("median of 3 interleaved rounds" in n for n in knob["notes"]), knob["notes"]
     from gpudoctor.train import TrainConfig
 
     assert TrainConfig.from_file(out).parallel.bucket_cap_mb == knob["params"]["parallel.bucket_cap_mb"]

@@ -24,7 +24,8 @@ def test_planted_oom_is_dumped_with_its_site(tmp_path) -> None:
     from gpudoctor.records.memory import OomSnapshot
 
     assert start_history()
-    assert attach_oom_dump(tmp_path)
+    dump = attach_oom_dump(tmp_path)
+    assert dump is not None
     held = _hold_two_gib()
     total = torch.cuda.get_device_properties(0).total_memory
     with pytest.raises(torch.OutOfMemoryError):
@@ -36,6 +37,7 @@ def test_planted_oom_is_dumped_with_its_site(tmp_path) -> None:
     assert "test_memory_gpu.py" in top.site and "_hold_two_gib" in top.site
     assert top.bytes >= 2 * GIB
     assert explain_oom(snap)[0].code == "GD-OOM-SHORTAGE"
+    dump.detach()
     del held
 
 
@@ -166,3 +168,91 @@ def test_planted_oom_through_memory_run(tmp_path) -> None:
     report = analyse_memory_run(load_run(tmp_path / "rd"))
     Console(file=buf, width=100, color_system=None).print(render_memory_run(report))
     assert "trace_plot" in buf.getvalue() and "oom-snapshot.pickle" in buf.getvalue()
+
+
+# ---- the engine (gpudoctor.train) ---------------------------------------------------------------
+
+def _planted_activation(x):
+    return torch.empty(2 * GIB, dtype=torch.uint8, device=x.device)  # the planted holder
+
+
+class PlantedOom(torch.nn.Module):
+    """A small model whose forward, for micro-batches above ``limit`` samples, holds 2 GiB and then
+    asks for more than the GPU has: a real CUDA OOM, with a known top allocation site."""
+
+    def __init__(self, limit: int = 2) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(64, 10)
+        self.limit = limit
+
+    def forward(self, x):
+        if x.shape[0] > self.limit:
+            held = _planted_activation(x)
+            total = torch.cuda.get_device_properties(x.device).total_memory
+            torch.empty(total, dtype=torch.uint8, device=x.device)  # cannot fit: the OOM
+            del held
+        return self.inner(x)
+
+
+def train_into_oom(oom_dir: str, mode: str = "on_oom"):
+    """Train ``PlantedOom`` with the engine until it gives up; return the final error.
+
+    Batches of 8, ``min_micro_batch=4``: the OOM at 8 samples is recovered (with ``on_oom`` this
+    turns allocation history on), the repeat at 4 samples ends the run and is dumped with its sites.
+    Shared with ``tools/gpu/jobs/66_memory_run.sh``, which renders the result for docs/examples.
+    """
+    from gpudoctor.train import LogConfig, RobustConfig, Trainer, TrainConfig
+
+    torch.manual_seed(0)
+    batches = [(torch.randn(8, 64, device="cuda"), torch.randint(0, 10, (8,), device="cuda")) for _ in range(4)]
+    model = PlantedOom()
+    cfg = TrainConfig(device="cuda", log=LogConfig(progress_bar=False, flops_per_sample=1.0),
+                      robust=RobustConfig(oom_recover=True, min_micro_batch=4, oom_snapshot=mode, oom_dir=oom_dir))
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), torch.nn.CrossEntropyLoss(), config=cfg)
+    try:
+        trainer.fit(batches, epochs=1)
+    except torch.OutOfMemoryError as exc:
+        return exc
+    raise AssertionError("the planted OOM did not happen")
+
+
+def test_planted_oom_through_the_engine(tmp_path) -> None:
+    import pickle
+    import warnings
+
+    from gpudoctor.analysis.oom import explain_oom, top_sites
+    from gpudoctor.core.memory_history import history_enabled
+    from gpudoctor.records.base import read_json
+    from gpudoctor.records.memory import OomSnapshot
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        error = train_into_oom(str(tmp_path))
+    retry = [str(w.message) for w in caught if "retrying" in str(w.message)]
+    assert len(retry) == 1 and "recording allocation history" in retry[0], retry
+    assert f"gpudoctor memory show {tmp_path / 'oom-rank0.json'}" in str(error)
+    snap = read_json(tmp_path / "oom-rank0.json", OomSnapshot, kind="oom_snapshot")
+    pickle_path = tmp_path / "oom-snapshot-rank0.pickle"
+    assert snap.pickle_path == str(pickle_path) and snap.step == 0
+    with open(pickle_path, "rb") as fh:
+        full = pickle.load(fh)
+    assert full["segments"] and any(full["device_traces"])  # what PyTorch's viewer draws
+    top = top_sites(snap)[0]
+    assert "test_memory_gpu.py" in top.site and "_planted_activation" in top.site, top_sites(snap)
+    assert top.bytes >= 2 * GIB
+    assert snap.requested_bytes >= torch.cuda.get_device_properties(0).total_memory
+    assert explain_oom(snap)[0].code == "GD-OOM-SHORTAGE"
+    assert not history_enabled()  # the engine stopped the recording it started
+
+
+def test_engine_always_mode_has_the_sites_at_the_first_oom(tmp_path) -> None:
+    from gpudoctor.analysis.oom import top_sites
+    from gpudoctor.records.base import read_json
+    from gpudoctor.records.memory import OomSnapshot
+
+    with pytest.warns(RuntimeWarning, match="retrying") as caught:
+        train_into_oom(str(tmp_path), mode="always")
+    first = next(str(w.message) for w in caught if "retrying" in str(w.message))
+    assert "oom-snapshot-rank0.pickle" in first  # the first OOM already has the full snapshot
+    snap = read_json(tmp_path / "oom-rank0.json", OomSnapshot, kind="oom_snapshot")
+    assert "_planted_activation" in top_sites(snap)[0].site

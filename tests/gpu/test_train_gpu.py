@@ -103,7 +103,10 @@ def test_fp16_scaler_skips_steps_and_scheduler_follows():
     assert sum(bool(r.scaler_skipped) for r in rec.records) == result.skipped_steps
 
 
-def test_real_cuda_oom_is_recovered():
+def test_real_cuda_oom_is_recovered(tmp_path):
+    from gpudoctor.core.memory_history import history_enabled
+    from gpudoctor.train import RobustConfig
+
     class Hungry(nn.Module):
         def __init__(self):
             super().__init__()
@@ -115,10 +118,15 @@ def test_real_cuda_oom_is_recovered():
             return self.inner(x)
 
     model = Hungry()
-    with pytest.warns(RuntimeWarning, match="retrying"):
+    with pytest.warns(RuntimeWarning, match="retrying") as caught:
         result = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(),
-                         config=_quiet()).fit(_gpu_batches(8), epochs=1)
+                         config=_quiet(robust=RobustConfig(oom_dir=str(tmp_path)))).fit(_gpu_batches(8), epochs=1)
     assert result.micro_batch_split == 4 and result.steps == 8
+    # robust.oom_snapshot="on_oom" (default): the OOMs were written, with history after the first
+    messages = [str(w.message) for w in caught if "retrying" in str(w.message)]
+    assert "recording allocation history" in messages[0] and str(tmp_path / "oom-rank0.json") in messages[0]
+    assert (tmp_path / "oom-rank0.json").is_file() and (tmp_path / "oom-snapshot-rank0.pickle").is_file()
+    assert not history_enabled()  # the recording it started ended with fit
 
 
 def test_prefetcher_yields_the_loaders_batches_on_the_gpu():

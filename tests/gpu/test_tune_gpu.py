@@ -1,4 +1,5 @@
-"""``gpudoctor tune`` on a real GPU: real CUDA OOMs in trials, the batch boundary, the CUDA-only knobs.
+"""``gpudoctor tune`` on a real GPU: real CUDA OOMs in trials, the batch boundary (narrowed around
+the limit the probes' peak memory predicts), the CUDA-only knobs.
 
     python -m pytest -m gpu tests/gpu/test_tune_gpu.py
 """
@@ -79,6 +80,12 @@ def test_batch_boundary_on_the_gpu() -> None:
     assert chosen * PER_SAMPLE * 4 < total  # what it kept alive fits in the GPU
     final = knob.trials[-1]
     assert final.setting.endswith("(chosen)") and final.verdict is TrialVerdict.OK
+    # the real GPU's peak memory drew the line that placed the limit, and the bracket is 1% wide
+    assert any("train: peak memory of the probes that fit puts the limit near" in n for n in knob.notes), knob.notes
+    probes = [t for t in knob.trials if t.knob == "batch" and "chosen" not in t.setting]
+    largest = max(t.params["batch_size"] for t in probes if t.verdict is TrialVerdict.OK)
+    first_oom = min(t.params["batch_size"] for t in probes if t.verdict is TrialVerdict.OOM)
+    assert largest < first_oom <= largest + max(1, int(largest * 0.01))
 
 
 def test_cuda_only_knobs_run() -> None:

@@ -112,6 +112,7 @@ class RunFacts:
     world_size: int
     on_gpu: bool
     configs: dict[int, RankConfig]
+    ran_out_of_memory: bool = False  # an OOM snapshot was written, or the allocator counted one
 
     @property
     def lead(self) -> RankFacts | None:
@@ -171,8 +172,9 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
                                nvml_util_frac=_nvml_util(gpus, config)))
     world = run.manifest.world_size or max(
         [c.world_size for c in run.configs.values()] + [len(run.ranks), 1])
+    oom = run.oom is not None or any(r.stats.ooms for r in ranks)
     return RunFacts(ranks=tuple(ranks), gpus=tuple(gpus), world_size=world,
-                    on_gpu=_uses_gpu(run), configs=dict(run.configs))
+                    on_gpu=_uses_gpu(run), configs=dict(run.configs), ran_out_of_memory=oom)
 
 
 __all__ = ["Breakdown", "RankFacts", "RunFacts", "main_loader", "run_facts"]

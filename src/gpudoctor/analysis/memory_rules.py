@@ -123,6 +123,8 @@ def check_headroom(facts: RunFacts, th: Thresholds) -> list[Finding]:
     peak = rf.stats.peak_reserved_bytes
     if busy is None or total is None or not peak or busy >= th.headroom_max_busy:
         return []
+    if facts.ran_out_of_memory:
+        return []  # it ran out of memory: whatever the steady steps used, there is no room
     if rf.stats.data_wait_share >= th.data_wait_min_share:
         return []  # a bigger batch would wait for data just the same
     frac = peak / total

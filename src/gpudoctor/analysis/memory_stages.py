@@ -25,9 +25,16 @@ WHAT = {
     "batch": "+ the batch",
     "forward": "+ activations",
     "backward": "+ gradients, - activations",
-    "optimizer": "+ optimizer state at step 0",
+    "optimizer": "+ optimizer state (created at step 0)",
     "zero_grad": "- the previous gradients",
 }
+
+
+def what_it_holds(stage: str, step: int | None) -> str:
+    """What a stage adds or frees, in words (the optimizer's state appears at its first step)."""
+    if stage == "optimizer" and step is not None and step > 0:
+        return "the update (state already there)"
+    return WHAT.get(stage, "")
 MARGIN = 0.1  # share of GPU memory kept free when extrapolating the batch
 
 

@@ -1,4 +1,4 @@
-"""``gpudoctor memory``: how much memory training needs, and what fits."""
+"""``gpudoctor memory``: how much memory training needs, what fits, and why it ran out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 memory_app = typer.Typer(
-    help="Memory analysis: estimate the peak of training a model, or run a script and see where its memory goes.",
+    help="Memory analysis: estimate the peak of training a model, run a script and see where its memory "
+    "goes, or show why it ran out of memory.",
     no_args_is_help=True,
 )
 
@@ -99,6 +100,56 @@ def run(
     else:
         stdout_console().print(render_memory_run(report, str(outcome.run_dir)))
     raise typer.Exit(outcome.exit_code)
+
+
+@memory_app.command("show")
+def show(
+    path: Path = typer.Argument(..., help="An OOM snapshot (oom-rank0.json, oom.json) or the folder holding "
+                                "them (the engine's robust.oom_dir / checkpoint.dir, a memory run directory)."),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show why an out-of-memory error happened, from the snapshot written at the error.
+
+    Prints what was allocated, reserved and free, the top allocation sites (live bytes by the Python line that allocated them), the verdict (shortage or fragmentation) with the fixes ranked, and how to open the full snapshot in PyTorch's memory viewer. The engine (robust.oom_snapshot) and gpudoctor memory run write these files. A folder shows every rank's file.
+    """
+    from gpudoctor.analysis.oom import explain_oom, top_sites
+    from gpudoctor.cli.output import emit_json, stdout_console
+    from gpudoctor.core.memory_history import KIND_OOM, VIEWER_URL, find_oom_files
+    from gpudoctor.errors import GpuDoctorUserError
+    from gpudoctor.records.base import SchemaError, read_json, to_dict
+    from gpudoctor.records.memory import OomSnapshot
+    from gpudoctor.report.memory_view import render_oom_snapshot
+
+    try:
+        files = find_oom_files(path)
+        snaps = [(f, read_json(f, OomSnapshot, kind=KIND_OOM)) for f in files]
+    except FileNotFoundError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
+    except SchemaError as exc:
+        raise GpuDoctorUserError(f"{exc}; pass an oom.json / oom-rank*.json written by gpudoctor") from None
+    shown = []
+    for file, snap in snaps:
+        sites, findings = top_sites(snap, limit=10), explain_oom(snap)
+        shown.append((file, snap, sites, findings, _pickle_beside(file, snap.pickle_path)))
+    if json_output:
+        emit_json({"snapshots": [
+            {"path": str(file), "figures": {k: v for k, v in to_dict(snap).items() if k != "blocks"},
+             "live_blocks": len(snap.blocks), "sites": sites, "findings": findings, "pickle": pickle,
+             "viewer": f"drag the pickle onto {VIEWER_URL}" if pickle else ""}
+            for file, snap, sites, findings, pickle in shown]})
+        return
+    console = stdout_console()
+    for file, snap, sites, findings, pickle in shown:
+        console.print(render_oom_snapshot(snap, sites, findings, source=str(file), pickle_path=pickle))
+
+
+def _pickle_beside(json_file: Path, recorded: str) -> str:
+    """The full snapshot's path as seen from here: the recorded path may be relative to where the
+    training ran, while the pickle is always written next to its JSON."""
+    if not recorded:
+        return ""
+    beside = json_file.parent / Path(recorded).name
+    return str(beside) if beside.is_file() else recorded
 
 
 def register(app: typer.Typer) -> None:

@@ -26,6 +26,19 @@ def _spec(command: tuple[str, ...], run_dir: Path, **kwargs: Any):
         raise GpuDoctorUserError(str(exc)) from None
 
 
+def parse_window(text: str) -> tuple[int, int]:
+    """``"20:24"`` -> ``(20, 24)``; a :class:`GpuDoctorUserError` saying the form otherwise."""
+    first, sep, last = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(first), int(last)
+    except ValueError:
+        raise GpuDoctorUserError(
+            f"--window {text!r}: give FIRST:LAST optimizer steps (from 0), e.g. --window 20:24"
+        ) from None
+
+
 def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
     from gpudoctor.cli import diagnose as diag
     from gpudoctor.cli.output import stderr_console
@@ -51,6 +64,9 @@ def register(app: typer.Typer) -> None:
         ),
         json_output: bool = typer.Option(False, "--json", help="Print JSON."),
         no_profile: bool = typer.Option(False, "--no-profile", help="Skip the short profiler window."),
+        window: str = typer.Option(
+            None, "--window", help="Profile steps FIRST:LAST (default: the last 5 of --steps; 10:14 with --full)."
+        ),
         keep_trace: bool = typer.Option(False, "--keep-trace", help="Also keep the window's Chrome trace."),
         first_step_timeout: float = typer.Option(
             120.0, "--first-step-timeout", help="Stop the script if no optimizer step happens by then (s)."
@@ -71,12 +87,15 @@ def register(app: typer.Typer) -> None:
             raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
         if full and steps is not None:
             raise GpuDoctorUserError("--steps and --full contradict each other; give one of them")
+        if no_profile and window is not None:
+            raise GpuDoctorUserError("--window and --no-profile contradict each other; give one of them")
         resolve_command(command)
         knobs = parse_knobs(try_knobs) if try_knobs is not None else ()
         base = out if out is not None else default_run_dir(command)
         options = {
             "steps": None if full else (steps if steps is not None else DEFAULT_STEPS),
             "profile": not no_profile,
+            "profile_window": parse_window(window) if window is not None else None,
             "first_step_timeout_s": first_step_timeout,
             "keep_trace": keep_trace,
             "child_stdout_to_stderr": json_output,

@@ -39,7 +39,9 @@ from gpudoctor.records.run import RunManifest
 from gpudoctor.records.step import StepRecord
 
 DEFAULT_STEPS = 60
-DEFAULT_WINDOW = (10, 14)
+WINDOW_STEPS = 5
+MIN_WARMUP = 5  # steps before the window: CUDA/cuDNN start-up, allocator growth, first compiles
+FULL_WINDOW = (10, 14)  # --full: the end is unknown, so the window comes early
 EXIT_INTERRUPTED = 130
 
 
@@ -59,6 +61,8 @@ class RunSpec:
         echo_child: show the child's output live; ``False`` keeps it in ``stdout.log`` only.
         grace_s: how long the child gets to exit after SIGINT before SIGTERM (then SIGKILL).
         sample_gpu: run the NVML and host samplers.
+        profile_window: profile these optimizer steps (first, last; from 0) instead of the
+            default placement (see :attr:`window`).
         memory_stages: memory mode (``gpudoctor memory run``): record the allocator at each
             stage of the first N optimizer steps and dump a snapshot on OOM; 0 (default) is off.
     """
@@ -75,6 +79,7 @@ class RunSpec:
     grace_s: float = 10.0
     sample_gpu: bool = True
     memory_stages: int = 0
+    profile_window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -87,19 +92,43 @@ class RunSpec:
             raise ValueError(f"--stages {self.memory_stages}: must be at least 1 (0 turns memory mode off)")
         if not self.grace_s >= 0:
             raise ValueError("grace_s must be >= 0")
+        if self.profile_window is not None:
+            first, last = self.profile_window
+            if not 1 <= first <= last:
+                raise ValueError(
+                    f"--window {first}:{last}: give FIRST:LAST with 1 <= FIRST <= LAST "
+                    "(step 0 holds the start-up), e.g. --window 20:24"
+                )
+            if self.steps is not None and last >= self.steps:
+                raise ValueError(
+                    f"--window {first}:{last} ends after the run stops (--steps {self.steps}, "
+                    f"steps 0-{self.steps - 1}); raise --steps or move the window"
+                )
 
     @property
     def window(self) -> tuple[int, int] | None:
-        """The profiler window's (first, last) step, fitted inside ``steps``."""
+        """The profiler window's (first, last) step.
+
+        By default the last :data:`WINDOW_STEPS` steps before ``steps``: the window's closing
+        sync (``prof.stop()`` waits for the device) and its host-side teardown then touch no
+        step after it, so every other step runs with the probes alone. With ``steps=None``
+        (``--full``) the end is unknown and the window takes steps 10-14; the steps right after
+        it then start with the host's lead over the GPU used up (see docs/run.md).
+        """
         if not self.profile:
             return None
-        first, last = DEFAULT_WINDOW
-        if self.steps is not None and self.steps <= last + 1:
-            first = max(1, self.steps // 4)
-            last = min(first + 4, self.steps - 1)
-            if last < first:
-                return None
-        return first, last
+        if self.profile_window is not None:
+            return self.profile_window
+        if self.steps is None:
+            return FULL_WINDOW
+        last = self.steps - 1
+        first = last - WINDOW_STEPS + 1
+        if first >= MIN_WARMUP:
+            return first, last
+        # a short run: fit the window after a quarter of it
+        first = max(1, self.steps // 4)
+        last = min(first + WINDOW_STEPS - 1, self.steps - 1)
+        return (first, last) if last >= first else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -331,6 +360,13 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     ranks = _ranks(run_dir)
     steps_done = max(counts.values(), default=0)
     status, error = _status(spec, rc, stop_reason, steps_done, err_tail or out_tail)
+    window = spec.window
+    if window is not None and 0 < steps_done <= window[0] and status == "completed":
+        notes.append(
+            f"the script ended after {steps_done} optimizer steps, before the profiler window "
+            f"(steps {window[0]}-{window[1]}): no kernel-level evidence; run it again with "
+            f"--steps {steps_done} to profile its last steps"
+        )
     if status == "timeout":
         error, message = message, ""  # already said live; the manifest keeps the explanation
     elif status == "no_steps":

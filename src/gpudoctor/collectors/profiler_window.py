@@ -133,13 +133,17 @@ def prewarm() -> str:
     return ""
 
 
-def _kineto_events(prof: Any):
+def _kineto_events(prof: Any) -> list[Event]:
     """Adapt torch's ``_KinetoEvent`` objects (attribute names vary across releases)."""
+    events: list[Event] = []
+    cpu_names: set[str] = set()
     results = prof.profiler.kineto_results
     for ev in results.events():
         name = ev.name()
         on_device = "CUDA" in str(ev.device_type())
-        activity = str(ev.activity_type()) if hasattr(ev, "activity_type") else ""
+        activity = str(ev.activity_type()).lower() if hasattr(ev, "activity_type") else ""
+        if not on_device:
+            cpu_names.add(name)
         if on_device and "annotation" in activity:
             continue  # a record_function range drawn on the GPU timeline: not GPU work
         if activity in ("python_function", "overhead"):
@@ -152,7 +156,24 @@ def _kineto_events(prof: Any):
         nbytes = None
         if on_device and name.startswith("Memcpy"):
             nbytes = _memcpy_bytes(ev)
-        yield Event(name=name, on_device=on_device, start_us=start_us, dur_us=dur_us, thread=thread, nbytes=nbytes)
+        events.append(Event(name=name, on_device=on_device, start_us=start_us, dur_us=dur_us,
+                            thread=thread, nbytes=nbytes))
+    return drop_device_annotations(events, cpu_names)
+
+
+def drop_device_annotations(events: list[Event], cpu_names: set[str]) -> list[Event]:
+    """Drop the GPU-timeline copies of ``record_function`` ranges.
+
+    Kineto draws each CPU-side annotation (``Optimizer.step#AdamW.step``, the script's own
+    ``record_function`` ranges) a second time on the GPU timeline, spanning that range's kernels
+    and the idle gaps between them. Counted as a kernel it fills the gaps and makes a
+    launch-bound GPU look busy (seen with torch 2.11, whose events did not say it was an
+    annotation). Kernels and copies never share a name with a CPU-side event, so a device event
+    named like one is such a copy.
+    """
+    if not cpu_names:
+        return events
+    return [ev for ev in events if not (ev.on_device and ev.name in cpu_names)]
 
 
 def _memcpy_bytes(ev: Any) -> int | None:

@@ -7,7 +7,8 @@ RUNDIR/
   steps-rank{N}.jsonl    StepRecord lines, one per optimizer step
   window-rank{N}.json    WindowSummary of the profiler window
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
-  oom.json               OomSnapshot at an out-of-memory error (memory mode), with
+  oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
+                         per rank under torchrun), with
   oom-snapshot.pickle    the full allocator snapshot for PyTorch's memory viewer
   gpu.jsonl              GpuSample lines from the NVML sampler (parent process)
   host.jsonl             HostSample lines
@@ -133,8 +134,11 @@ def load_run(path: Path) -> RunData:
         data.host = list(read_jsonl(path / HOST_SAMPLES, HostSample, kind=KIND_HOST))
     if (path / ENV).is_file():
         data.env = read_json(path / ENV, CheckReport, kind=KIND_ENV)
-    if (path / OOM).is_file():
-        data.oom = read_json(path / OOM, OomSnapshot, kind=KIND_OOM)
+    oom_files = [path / OOM] if (path / OOM).is_file() else [
+        path / f"oom-rank{rank}.json" for rank in sorted(
+            int(m.group(1)) for m in (re.fullmatch(r"oom-rank(\d+)\.json", c.name) for c in path.iterdir()) if m)]
+    if oom_files:  # under torchrun each rank writes its own: the first rank that ran out
+        data.oom = read_json(oom_files[0], OomSnapshot, kind=KIND_OOM)
     if (path / FINDINGS).is_file():
         data.findings = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS).findings
     return data

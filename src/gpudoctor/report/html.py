@@ -116,12 +116,12 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     ranked = rank_findings(list(findings))
     memory = None
     if run.memory:  # `gpudoctor memory run`: the stage table and, after an OOM, the top sites
-        from gpudoctor.analysis.memory_stages import WHAT, analyse_memory_run
+        from gpudoctor.analysis.memory_stages import analyse_memory_run, what_it_holds
 
         memory = analyse_memory_run(run)
         memory_rows = [("-" if r.stage == "model" else str(r.step), r.stage, human_bytes(r.allocated_bytes),
                         _signed(r.delta_bytes), human_bytes(r.reserved_bytes),
-                        human_bytes(r.peak_allocated_bytes), WHAT.get(r.stage, "")) for r in memory.rows]
+                        human_bytes(r.peak_allocated_bytes), what_it_holds(r.stage, r.step)) for r in memory.rows]
         oom_rows = [(s.site, human_bytes(s.bytes), f"{s.share:.0%}") for s in memory.oom_sites]
     else:
         memory_rows, oom_rows = [], []

@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.records.memory import MemoryEstimate
+from gpudoctor.records.memory import MemoryEstimate, OomSnapshot
 from gpudoctor.analysis.prescription import human_bytes as fmt_bytes
 
 
@@ -70,7 +70,7 @@ def _part(n: int | None) -> str:
 
 def render_memory_run(report, run_dir: str = ""):
     """The stage table, the parts, the per-step curve, fit, findings and the OOM sites."""
-    from gpudoctor.analysis.memory_stages import WHAT
+    from gpudoctor.analysis.memory_stages import what_it_holds
     from gpudoctor.report.findings_view import finding_block
 
     items: list = []
@@ -85,7 +85,7 @@ def render_memory_run(report, run_dir: str = ""):
             stages.add_row("-" if r.stage == "model" else str(r.step), r.stage,
                            fmt_bytes(r.allocated_bytes), _signed(r.delta_bytes),
                            fmt_bytes(r.reserved_bytes), fmt_bytes(r.peak_allocated_bytes),
-                           WHAT.get(r.stage, ""))
+                           what_it_holds(r.stage, r.step))
         items.append(stages)
     p = report.parts
     if p is not None:
@@ -129,23 +129,78 @@ def render_memory_run(report, run_dir: str = ""):
             f"{fit.margin:.0%} margin (linear extrapolation): {most}."
         ))
     if report.oom_sites:
-        sites = Table(title="Live at the out-of-memory error, by allocation site", title_justify="left")
-        sites.add_column("bytes", justify="right")
-        sites.add_column("share", justify="right")
-        sites.add_column("blocks", justify="right")
-        sites.add_column("site (innermost Python frame)")
-        for s in report.oom_sites:
-            sites.add_row(fmt_bytes(s.bytes), f"{s.share:.0%}", str(s.blocks), s.site)
-        items.append(sites)
+        items.append(_sites_table(report.oom_sites))
     for i, finding in enumerate(report.findings, 1):
         items.append(finding_block(i, finding))
     if not report.findings and report.on_gpu:
         items.append(Text("No leak, fragmentation or out-of-memory finding."))
     if report.oom_pickle:
-        items.append(Text(f"Allocator snapshot: {report.oom_pickle}\n"
-                          + VIEWER_HELP.format(path=report.oom_pickle)))
+        items.append(_viewer_text(report.oom_pickle))
     for note in report.notes:
         items.append(Text(f"note: {note}"))
     if run_dir:
         items.append(Text(f"run directory: {run_dir}"))
+    return Group(*items)
+
+
+def _viewer_text(pickle_path: str) -> Text:
+    return Text(f"Allocator snapshot: {pickle_path}\n" + VIEWER_HELP.format(path=pickle_path))
+
+
+def _sites_table(oom_sites) -> Table:
+    sites = Table(title="Live at the out-of-memory error, by allocation site", title_justify="left")
+    sites.add_column("bytes", justify="right")
+    sites.add_column("share", justify="right")
+    sites.add_column("blocks", justify="right")
+    sites.add_column("site (innermost Python frame)")
+    for s in oom_sites:
+        sites.add_row(fmt_bytes(s.bytes), f"{s.share:.0%}", str(s.blocks), s.site)
+    return sites
+
+
+# ---- gpudoctor memory show ---------------------------------------------------------------------
+
+NO_STACKS = (
+    "No allocation stacks were recorded at this error, so the sites are unknown. The engine records "
+    "them after a first recovered OOM (a repeat OOM has them) or from the start with "
+    "robust.oom_snapshot = \"always\"; for any script, gpudoctor memory run -- python train.py records them."
+)
+
+
+def render_oom_snapshot(snap: OomSnapshot, sites, findings, *, source: str = "", pickle_path: str = ""):
+    """One OOM snapshot file: the allocator's figures, the top sites, the verdict with its ranked
+    fixes, and how to open the full snapshot in PyTorch's viewer.
+
+    Args:
+        snap: the snapshot (``oom.json`` / ``oom-rank{N}.json``).
+        sites: ``analysis.oom.top_sites(snap)``; findings: ``analysis.oom.explain_oom(snap)``.
+        source: the file, for the title; pickle_path: the full snapshot, ``""`` when none was written.
+    """
+    from gpudoctor.analysis.oom import UNKNOWN_SITE
+    from gpudoctor.report.findings_view import finding_block
+
+    where = f" at step {snap.step}" if snap.step is not None else ""
+    title = f"Out of memory on GPU {snap.device}{where}" + (f": {source}" if source else "")
+    figures = Table(title=title, title_justify="left")
+    figures.add_column("allocator at the error")
+    figures.add_column("bytes", justify="right")
+    cached = max(snap.reserved_bytes - snap.allocated_bytes, 0)
+    figures.add_row("tried to allocate", fmt_bytes(snap.requested_bytes))
+    figures.add_row("allocated by tensors", fmt_bytes(snap.allocated_bytes))
+    figures.add_row("reserved by PyTorch", fmt_bytes(snap.reserved_bytes))
+    figures.add_row("reserved - allocated (cached, unused)", fmt_bytes(cached))
+    figures.add_row("free on the device", f"{fmt_bytes(snap.device_free_bytes)} of {fmt_bytes(snap.device_total_bytes)}")
+    figures.add_row("inactive split blocks", fmt_bytes(snap.inactive_split_bytes))
+    figures.add_row("allocation retries", str(snap.alloc_retries))
+    items: list = [figures]
+    if sites:
+        items.append(_sites_table(sites))
+    if not snap.blocks or all(s.site == UNKNOWN_SITE for s in sites):
+        items.append(Text(NO_STACKS))
+    for i, finding in enumerate(findings, 1):
+        items.append(finding_block(i, finding))
+    if pickle_path:
+        items.append(_viewer_text(pickle_path))
+    else:
+        items.append(Text("No full snapshot for PyTorch's viewer: allocation history was off at this error."))
     return Group(*items)

@@ -160,17 +160,33 @@ class RobustConfig:
             checkpoint is written), ``skip`` (checked before each optimizer step: one host sync per
             step) or ``off``.
         max_skips: with ``skip``, stop after this many consecutive skipped steps.
+        oom_snapshot: what to keep of an out-of-memory error on a CUDA GPU (files per rank:
+            ``oom-rank{N}.json`` and ``oom-snapshot-rank{N}.pickle``). ``on_oom`` (default):
+            costs nothing until an OOM; every OOM writes the allocator figures (requested,
+            allocated, reserved, free) and the live blocks, and a recovered OOM turns on
+            allocation-history recording for the next 100 steps, so a repeat OOM is written
+            with its allocation sites and the full snapshot for PyTorch's viewer. ``always``:
+            record allocation history for the whole run (host time on every allocation), so
+            even the first OOM has its sites. ``off``: write nothing.
+        oom_dir: folder for those files; ``None``: ``checkpoint.dir`` if set, else
+            ``gpudoctor-oom`` in the working directory.
     """
 
     oom_recover: bool | None = None
     min_micro_batch: int = 1
     nonfinite: Literal["stop", "skip", "off"] = "stop"
     max_skips: int = 10
+    oom_snapshot: Literal["off", "on_oom", "always"] = "on_oom"
+    oom_dir: str | None = None
 
     def __post_init__(self) -> None:
         _positive("robust.min_micro_batch", self.min_micro_batch)
         _choice("robust.nonfinite", self.nonfinite, ("stop", "skip", "off"))
         _positive("robust.max_skips", self.max_skips)
+        _choice("robust.oom_snapshot", self.oom_snapshot, ("off", "on_oom", "always"))
+        if self.oom_dir is not None and (not isinstance(self.oom_dir, str) or not self.oom_dir.strip()):
+            raise ValueError(f"robust.oom_dir={self.oom_dir!r}: give a folder path, or leave it out "
+                             "(checkpoint.dir, else ./gpudoctor-oom)")
 
 
 @dataclasses.dataclass(**_FROZEN)

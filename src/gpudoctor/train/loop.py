@@ -32,13 +32,16 @@ from gpudoctor.train.config import TrainConfig
 from gpudoctor.train.data import ResumableSampler, batch_size_of, fast_loader, move_to_device, split_batch
 from gpudoctor.train.events import Observer, StepTracker
 from gpudoctor.train.metrics import FitResult, count_flops, format_summary, lr_scale_factor, mfu
-from gpudoctor.train.oom import MicroBatchSplit, free_memory
+from gpudoctor.train.oom import MicroBatchSplit, OomCapture, free_memory
 from gpudoctor.train.parallel import Parallel, unwrap
 from gpudoctor.train.perf import (apply_activation_checkpointing, configure_backends, maybe_compile,
                                   resolve_channels_last, to_channels_last)
 from gpudoctor.train.precision import Precision, to_fp32
 from gpudoctor.train.prefetch import CudaPrefetcher
 from gpudoctor.train.progress import ProgressBar
+
+
+FLOP_SAMPLES = 8  # samples the one-off FLOP count runs on
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -95,6 +98,14 @@ class Trainer:
     # ----------------------------------------------------------------------------- the loop
     def fit(self, train_loader: Iterable | Dataset, *, epochs: int = 1, val_loader: Iterable | None = None) -> FitResult:
         """Train for ``epochs`` (or until ``config.max_steps``); return what happened, reduced over ranks."""
+        capture = OomCapture.start_for(self.config, self.env.rank, self.device)  # robust.oom_snapshot
+        try:
+            return self._fit(train_loader, epochs, val_loader, capture)
+        finally:
+            capture.close()  # stop the history recording it started, even when training failed
+
+    def _fit(self, train_loader: Iterable | Dataset, epochs: int, val_loader: Iterable | None,
+             oom_capture: OomCapture) -> FitResult:
         cfg, rob = self.config, self.config.robust
         loader = self._prepare_loader(train_loader)
         per_device = getattr(loader, "batch_size", None) or cfg.batch_size
@@ -122,6 +133,7 @@ class Trainer:
         oom_recover = rob.oom_recover if rob.oom_recover is not None else world == 1
         tracker = StepTracker(self.env.rank, self.device, self.observers)
         flops_per_sample = cfg.log.flops_per_sample
+        flops_tried = False  # counted once; None after that means it could not be counted
         for obs in self.observers:
             obs.on_run_start({"rank": self.env.rank, "world_size": world, "device": str(self.device),
                               "global_batch": global_batch, "config": cfg.to_dict()})
@@ -157,16 +169,22 @@ class Trainer:
                 data_wait_ms = (time.perf_counter() - t0) * 1e3
                 if len(group) < cfg.grad_accum_steps:
                     break  # end of epoch (a short tail group is dropped: it would change the batch size)
-                if flops_per_sample is None and self.device.type == "cuda":
+                if flops_per_sample is None and self.device.type == "cuda" and not flops_tried:
+                    flops_tried = True
                     flops_per_sample = self._count_flops(group[0])
                 tracker.step_start()
+                oom_capture.step_started(step)
 
                 # -- 2. forward + backward over the micro-batches, halving them on OOM
                 while True:
+                    note = ""
                     try:
                         loss, micro_steps = self._forward_backward(group, split.split)
                         oom = 0
-                    except torch.OutOfMemoryError:
+                    except torch.OutOfMemoryError as exc:
+                        # the evidence (files; history for a repeat OOM) before memory is freed
+                        retry = oom_recover and split.can_halve(batch_size_of(group[0]))
+                        note = oom_capture.on_oom(exc, step, recovering=retry)
                         if not oom_recover:
                             raise
                         loss, oom = None, 1
@@ -175,7 +193,7 @@ class Trainer:
                     if not oom:
                         break
                     free_memory(self.optimizer)
-                    split.halve(batch_size_of(group[0]))
+                    split.halve(batch_size_of(group[0]), note=note)
 
                 # -- 3. optimizer step (unscale -> clip -> step -> update), guarded against NaN/inf
                 do_step = True
@@ -315,10 +333,18 @@ class Trainer:
             next(it)
         return it
 
-    def _count_flops(self, batch: Any) -> float:
-        """FLOPs of one sample's forward+backward, counted once on the uncompiled module."""
+    def _count_flops(self, batch: Any) -> float | None:
+        """FLOPs of one sample's forward+backward, counted once on the uncompiled module.
+
+        Counted on a slice of at most :data:`FLOP_SAMPLES` samples (FLOPs grow linearly with the
+        batch), so the count never needs more memory than training: a batch near the memory
+        limit, which the OOM recovery would split, must not fail here first. ``None`` (MFU
+        unknown) when even that slice does not fit.
+        """
         raw = unwrap(self.model)
-        inputs, target = self.unpack(batch)
+        size = batch_size_of(batch) or 1
+        piece = split_batch(batch, max(1, size // FLOP_SAMPLES))[0]
+        inputs, target = self.unpack(piece)
         if self.channels_last:
             inputs = to_channels_last(inputs)
         rng = ckpt.rng_state()
@@ -329,13 +355,17 @@ class Trainer:
                 out = raw(inputs)
             self.loss_fn(to_fp32(out), target).backward()
 
-        flops = count_flops(run)
+        try:
+            flops: float | None = count_flops(run) / max(batch_size_of(piece) or 1, 1)
+        except torch.OutOfMemoryError:
+            flops = None
         self.optimizer.zero_grad(set_to_none=True)
         ckpt.set_rng_state(rng)  # the counting pass must not change what training draws or tracks
         with torch.no_grad():
             for k, v in raw.named_buffers():
                 v.copy_(buffers[k])
-        return flops / max(batch_size_of(batch) or 1, 1)
+        return flops
+
 
     def _scale_lr(self, factor: float) -> None:
         if factor == 1.0:

@@ -2,13 +2,18 @@
 
 Grow then bisect (:func:`~gpudoctor.tune.search.grow_then_bisect`) on real training steps
 (forward, backward, optimizer step: the optimizer state exists only after the first step, and it
-is often what tips a batch over), then keep a safety margin. The evaluation pass is probed on its
-own, after the training search (an eval OOM must not shrink the train batch: accelerate #1934;
-an OOM in the eval probe must not corrupt the train result: Lightning #18985). The search is capped
-by the dataset (a batch larger than a rank's shard never runs), by host RAM (batches in flight in
-the loader: Lightning #11295) and by 65535 (larger batches hit CUDA launch-dimension limits,
-pytorch #142228, which are errors, not OOMs). Under torchrun each rank searches on its own GPU and
-the ranks take the smallest result (all-reduce MIN).
+is often what tips a batch over), then keep a safety margin. Near the limit every probe is
+expensive (cuDNN benchmarks each new shape: 13-15 s per probe for ResNet-18 at batches of 24k-31k
+on an H200, bench/results/tune-resnet18-h200.json of commit b5190a3), so once an OOM has bracketed
+the boundary the bracket is narrowed around where the peak memory of the probes that fit says the
+limit is (memory grows linearly with the batch; :func:`~gpudoctor.tune.search.linear_limit`): two
+probes when the line is right, at worst about twice bisection's when it is far off. The
+evaluation pass is probed on its own, after the training search (an eval OOM must not shrink the
+train batch: accelerate #1934; an OOM in the eval probe must not corrupt the train result:
+Lightning #18985). The search is capped by the dataset (a batch larger than a rank's shard never
+runs), by host RAM (batches in flight in the loader: Lightning #11295) and by 65535 (larger
+batches hit CUDA launch-dimension limits, pytorch #142228, which are errors, not OOMs). Under
+torchrun each rank searches on its own GPU and the ranks take the smallest result (all-reduce MIN).
 
 Which batch is written: by default (``batch_pick="knee"``) the smallest batch whose throughput is
 within 10% of the best seen — where the samples/s curve flattens. A batch beyond the knee buys
@@ -25,7 +30,7 @@ import dataclasses
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, TrialVerdict
-from gpudoctor.tune.search import grow_then_bisect, knee
+from gpudoctor.tune.search import grow_then_bisect, knee, linear_limit
 from gpudoctor.tune.session import BudgetSpent, TuneContext
 
 LAUNCH_DIM_CAP = 65535
@@ -83,11 +88,31 @@ def caps(ctx: TuneContext) -> tuple[int, list[str]]:
     return cap, notes
 
 
-def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tuple[int, float]]):
+def _capacity(ctx: TuneContext) -> float | None:
+    """Bytes a trial in this process can allocate on its GPU: free memory plus what the caching
+    allocator holds (after the last trial's ``empty_cache`` that is only what stays for the
+    process, which each trial's peak counts too). ``None`` when the trials do not run here (a
+    child process per trial: querying would create a CUDA context in this process, taking memory
+    from the children) or not on a GPU."""
+    if not ctx.cuda or ctx.runner.isolation == "process":
+        return None
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    free, _total = torch.cuda.mem_get_info(ctx.device)  # a driver query, no stream sync
+    return float(free + torch.cuda.memory_reserved(ctx.device))
+
+
+def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tuple[int, float]],
+            notes: list[str] | None = None):
     """Run the boundary search with one trial per probe; ``points`` gets (size, samples/s)."""
     knob = "batch" if mode == "train" else "eval_batch"
-    steps = max(2, min(ctx.options.steps, 3))  # memory only needs a few real steps (the optimizer state
-    # exists after the first; the warm-up step also runs cuDNN's algorithm search for the new shape)
+    # Memory needs three real steps: the first runs cuDNN's algorithm search for the new shape and
+    # creates the optimizer state, the next two run with that state allocated (the peak) and give
+    # the throughput. More steps add GPU time, not information about memory.
+    warmup, steps = 1, 2
+    memory: list[tuple[int, float]] = []  # (size, peak bytes) of the probes that fit
 
     # Probes run eager: with torch.compile every new batch size would recompile (minutes over a
     # search), and a compiled step needs no more memory than the eager one. The chosen batch is
@@ -97,12 +122,23 @@ def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tupl
     def fits(size: int) -> bool:
         trial = ctx.run(ctx.spec(knob, f"{'batch' if mode == 'train' else 'eval batch'}={size}",
                                  {"batch_size" if mode == "train" else "eval_batch_size": size}, mode=mode,
-                                 batch_size=size, warmup=2, steps=steps, config=eager))
+                                 batch_size=size, warmup=warmup, steps=steps, config=eager))
         if trial.verdict is TrialVerdict.OK and trial.samples_per_s:
             points.append((size, trial.samples_per_s))
+        if trial.verdict is TrialVerdict.OK and trial.peak_mem_bytes:
+            memory.append((size, float(trial.peak_mem_bytes)))
         return trial.verdict in (TrialVerdict.OK, TrialVerdict.REJECTED)  # a NaN loss still fit in memory
 
-    return grow_then_bisect(fits, start=start, cap=cap, margin=ctx.options.margin)
+    def predict(lo: int, hi: int) -> int | None:
+        capacity = _capacity(ctx)
+        guess = linear_limit(memory, capacity) if capacity else None
+        if guess is not None and notes is not None:
+            where = "inside" if lo < guess < hi else "outside"
+            notes.append(f"{mode}: peak memory of the probes that fit puts the limit near {guess} ({where} the "
+                         f"bracket {lo}..{hi}); narrowed around it")
+        return guess
+
+    return grow_then_bisect(fits, start=start, cap=cap, margin=ctx.options.margin, predict=predict)
 
 
 def tune_batch(ctx: TuneContext) -> KnobResult:
@@ -112,7 +148,7 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
     points: list[tuple[int, float]] = []
     start = min(16, cap)
     try:
-        found = _search(ctx, "train", start, cap, points)
+        found = _search(ctx, "train", start, cap, points, notes)
     except BudgetSpent:
         best = max((s for s, _ in points), default=None)
         if best is None:
@@ -155,7 +191,7 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
         eval_cap = max(1, min(len(ctx.target.eval_dataset) // ctx.world_size, LAUNCH_DIM_CAP,
                               ctx.options.max_batch or LAUNCH_DIM_CAP))
         try:
-            ev = _search(ctx, "eval", min(chosen, eval_cap), eval_cap, [])
+            ev = _search(ctx, "eval", min(chosen, eval_cap), eval_cap, [], notes)
             eval_chosen = ctx.agree_min(ev.chosen or 0)
             if eval_chosen:
                 ctx.loader = ctx.loader.replace(eval_batch_size=eval_chosen)

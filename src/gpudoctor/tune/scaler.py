@@ -43,8 +43,12 @@ def tune_scaler(ctx: TuneContext) -> KnobResult:
                           summary="skipped: the GradScaler is only used with fp16 on a CUDA GPU")
     robust = dataclasses.replace(ctx.config.robust, nonfinite="off")  # skipped steps are the measurement
 
+    # Eager even when the precision knob chose torch.compile: skipped steps depend on the gradients'
+    # magnitude, not on how the kernels were generated, and an fp16 graph would be a new compile.
+    eager = dataclasses.replace(ctx.config.perf, compile=False)
+
     def fp16(init: float, growth: int):
-        return ctx.config.replace(robust=robust, precision=dataclasses.replace(
+        return ctx.config.replace(robust=robust, perf=eager, precision=dataclasses.replace(
             ctx.config.precision, dtype="fp16", init_scale=init, growth_interval=growth))
 
     batch = max(1, min(ctx.target.config.batch_size or 32, len(ctx.target.train_dataset) // ctx.world_size))

@@ -5,7 +5,8 @@
 every trial. Ctrl-C ends the session at once and keeps the trials finished so far. Under
 torchrun every rank runs the per-rank trials on its own GPU; the batch is agreed by an all-reduce
 MIN (the smallest GPU decides), the other knobs by rank 0's choice, so every rank writes and
-trains with the same settings.
+trains with the same settings. The session joins torchrun's process group if none exists and
+leaves it at the end; a group the caller created stays (the caller may still need it).
 """
 
 from __future__ import annotations
@@ -102,13 +103,14 @@ class TuneContext:
         return max(1, min(size, len(self.target.train_dataset) // self.world_size))
 
     def trial_config(self, config: Any = None, *, strategy: str = "none") -> dict[str, Any]:
-        """The config a trial runs: no OOM recovery (an OOM must surface), stop on a NaN loss, no
-        checkpoints, no progress bar, one process per GPU unless DDP is what is measured."""
+        """The config a trial runs: no OOM recovery (an OOM must surface: it is the batch search's
+        answer, so no OOM snapshot files either), stop on a NaN loss, no checkpoints, no progress
+        bar, one process per GPU unless DDP is what is measured."""
         from gpudoctor.train.config import CheckpointConfig, LogConfig, RobustConfig
 
         cfg = config or self.config
         cfg = cfg.replace(
-            robust=RobustConfig(oom_recover=False, nonfinite=cfg.robust.nonfinite if cfg.robust.nonfinite != "skip"
+            robust=RobustConfig(oom_recover=False, oom_snapshot="off", nonfinite=cfg.robust.nonfinite if cfg.robust.nonfinite != "skip"
                                 else "stop"),
             checkpoint=CheckpointConfig(),
             log=LogConfig(progress_bar=False, every_steps=10_000, flops_per_sample=self.flops_per_sample),
@@ -194,6 +196,12 @@ def _count_flops(target: TuneTarget, runner: TrialRunner) -> float | None:
         return None
 
 
+def _group_exists() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _device_name(device: Any) -> str:
     if device.type == "cuda":
         import torch
@@ -216,6 +224,7 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
     target = target or load_target(target_ref)
     env = dist_env()
     device = select_device(target.config.device, env)
+    owns_group = env.world_size > 1 and not _group_exists()  # a caller's group is the caller's to end
     init_distributed(env, device)  # under torchrun: join the group once, before any trial
     isolation = "inline" if env.world_size > 1 and options.isolation == "auto" else options.isolation
     runner = TrialRunner(target, target_ref, isolation=isolation)
@@ -245,7 +254,7 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
             results.append(KnobResult(knob=name, trials=tuple(ctx.trials[first:]),
                                       summary="interrupted (Ctrl-C); the trials above finished"))
             break
-    if env.world_size > 1:
+    if owns_group:
         from gpudoctor.core.dist import destroy_distributed
 
         destroy_distributed()  # every collective of the session is done

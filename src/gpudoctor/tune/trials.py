@@ -254,6 +254,11 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
             data: Any = _Cycle([move_to_device(pool.batch(spec.batch_size), device) for _ in range(2)], total)
         else:
             settings = LoaderSettings.from_dict(spec.loader)
+            if cfg.perf.compile:
+                # A loader trial's rate is that of the whole run: compile first, on two steps of a
+                # cached batch, or the compile would be timed as the loader's.
+                trainer.fit(_Cycle([move_to_device(pools["train"].batch(spec.batch_size), device)], 2), epochs=1)
+                collect.records.clear()
             data = make_loader(target.train_dataset, spec.batch_size, settings, seed=cfg.seed or 0)
         epochs = max(1, math.ceil(total / max(len(data), 1)) + 1)
         result = trainer.fit(data, epochs=epochs)  # ends with a SYNC (the tracker's flush)

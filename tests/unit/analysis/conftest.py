@@ -36,10 +36,10 @@ def config(rank: int = 0, **kw) -> RankConfig:
 
 
 def mem(allocated: int = 2 * GIB, reserved: int = 6 * GIB, peak: int = 5 * GIB,
-        peak_reserved: int = 6 * GIB, retries: int = 0) -> AllocatorStats:
+        peak_reserved: int = 6 * GIB, retries: int = 0, ooms: int = 0) -> AllocatorStats:
     return AllocatorStats(allocated_bytes=allocated, reserved_bytes=reserved,
                           peak_allocated_bytes=peak, peak_reserved_bytes=peak_reserved,
-                          alloc_retries=retries)
+                          alloc_retries=retries, ooms=ooms)
 
 
 def steps(rank: int = 0, n: int = 30, **kw) -> list[StepRecord]:

@@ -80,6 +80,10 @@ def test_no_headroom_finding_when_saturated_or_full_or_data_bound(build):
     data = build.run(steps_by_rank={0: build.steps(data_wait_ms=8.0)},
                      windows={0: build.window(gpu_busy_frac=0.5)})
     assert "GD-RUN-MEM-HEADROOM" not in by_code(diagnose(data))
+    # a run that ran out of memory has no headroom, whatever its steady steps used
+    oom = build.run(steps_by_rank={0: build.steps(mem=build.mem(ooms=1))},
+                    windows={0: build.window(gpu_busy_frac=0.5)})
+    assert "GD-RUN-MEM-HEADROOM" not in by_code(diagnose(oom))
 
 
 def test_nonfinite_loss(build):

@@ -3,6 +3,7 @@ with a stand-in allocator (the CPU allocator keeps no statistics)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -142,3 +143,19 @@ def test_memory_run_rejects_bad_stages(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "--stages 0" in result.stderr
     assert not (tmp_path / "rd").exists()  # nothing was started
+
+
+def test_run_directory_reads_the_first_rank_oom_snapshot_under_torchrun(tmp_path: Path) -> None:
+    from gpudoctor.core.memory_history import KIND_OOM
+    from gpudoctor.records.base import write_json
+    from gpudoctor.records.rundir import MANIFEST
+    from gpudoctor.records.run import RunManifest
+
+    write_json(tmp_path / MANIFEST, RunManifest(command=("torchrun", "x.py"), started_at=0.0), kind="run_manifest")
+    import memory_run_data
+
+    snap = memory_run_data.oom()
+    write_json(tmp_path / "oom-rank10.json", snap, kind=KIND_OOM)
+    write_json(tmp_path / "oom-rank2.json", dataclasses.replace(snap, device=2), kind=KIND_OOM)
+    (tmp_path / "oom-rankX.json").write_text("not a rank file", encoding="utf-8")
+    assert load_run(tmp_path).oom.device == 2  # rank 2 before rank 10: numbers, not text order

@@ -59,11 +59,29 @@ def test_spec_validation_and_window(tmp_path: Path) -> None:
         RunSpec(command=(), run_dir=tmp_path)
     with pytest.raises(ValueError, match="> 0 seconds"):
         RunSpec(command=("python",), run_dir=tmp_path, first_step_timeout_s=0)
-    assert RunSpec(command=("python",), run_dir=tmp_path).window == (10, 14)
-    assert RunSpec(command=("python",), run_dir=tmp_path, steps=None).window == (10, 14)
-    assert RunSpec(command=("python",), run_dir=tmp_path, steps=12).window == (3, 7)
+    # the window closes the diagnostic steps: no step runs after its closing sync
+    assert RunSpec(command=("python",), run_dir=tmp_path).window == (55, 59)
+    assert RunSpec(command=("python",), run_dir=tmp_path, steps=12).window == (7, 11)
+    assert RunSpec(command=("python",), run_dir=tmp_path, steps=10).window == (5, 9)
+    # too short for a warm-up of 5 before it: after a quarter of the run
+    assert RunSpec(command=("python",), run_dir=tmp_path, steps=8).window == (2, 6)
+    assert RunSpec(command=("python",), run_dir=tmp_path, steps=2).window == (1, 1)
     assert RunSpec(command=("python",), run_dir=tmp_path, steps=1).window is None
+    # --full: the end is unknown, the window comes early
+    assert RunSpec(command=("python",), run_dir=tmp_path, steps=None).window == (10, 14)
     assert RunSpec(command=("python",), run_dir=tmp_path, profile=False).window is None
+    chosen = RunSpec(command=("python",), run_dir=tmp_path, steps=None, profile_window=(54, 58))
+    assert chosen.window == (54, 58)
+
+
+@pytest.mark.parametrize(("window", "steps", "match"), [
+    ((0, 4), 60, "1 <= FIRST <= LAST"),
+    ((9, 8), 60, "1 <= FIRST <= LAST"),
+    ((50, 60), 60, "ends after the run stops .--steps 60"),
+])
+def test_spec_rejects_a_window_that_cannot_be_taken(tmp_path: Path, window, steps, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        RunSpec(command=("python",), run_dir=tmp_path, steps=steps, profile_window=window)
 
 
 def test_child_environment(tmp_path: Path) -> None:
@@ -72,7 +90,7 @@ def test_child_environment(tmp_path: Path) -> None:
     env = child_environment(spec, {"PYTHONPATH": "/theirs", "GPUDOCTOR_KNOBS": "stale"})
     assert env["PYTHONPATH"] == os.pathsep.join((str(instrument.SITE_DIR), "/theirs"))
     assert env["GPUDOCTOR_RUN_DIR"] == str((tmp_path / "rd").resolve())
-    assert env["GPUDOCTOR_STEPS"] == "30" and env["GPUDOCTOR_PROFILE"] == "10:14"
+    assert env["GPUDOCTOR_STEPS"] == "30" and env["GPUDOCTOR_PROFILE"] == "25:29"
     assert env["GPUDOCTOR_KEEP_TRACE"] == "1" and env["GPUDOCTOR_KNOBS"] == "pin_memory"
     assert (Path(env["GPUDOCTOR_PKG_ROOT"]) / "gpudoctor" / "__init__.py").is_file()
     full = child_environment(RunSpec(command=("python",), run_dir=tmp_path, steps=None, profile=False), {})

@@ -76,3 +76,43 @@ def test_no_gloo_ops_no_gloo_time() -> None:
     s = reduce_events([_cpu("aten::mm", 0, 10), _dev("ncclDevKernel_AllReduce", 0, 10)],
                       rank=0, first_step=0, last_step=0, wall_ms=1.0)
     assert s.gloo_ms == 0.0 and s.nccl_ms == pytest.approx(0.01)
+
+
+class _FakeKinetoEvent:
+    """A torch 2.11-like ``_KinetoEvent``: no ``activity_type``, microsecond getters."""
+
+    def __init__(self, name: str, device: str, start: float, dur: float) -> None:
+        self._name, self._device, self._start, self._dur = name, device, start, dur
+
+    def name(self) -> str:
+        return self._name
+
+    def device_type(self) -> str:
+        return f"DeviceType.{self._device}"
+
+    def start_us(self) -> float:
+        return self._start
+
+    def duration_us(self) -> float:
+        return self._dur
+
+
+def test_gpu_copies_of_annotations_are_not_gpu_work() -> None:
+    # An optimizer step of tiny kernels with gaps: its annotation, drawn again on the GPU
+    # timeline, spans the gaps; counted as a kernel it made a launch-bound GPU look 90% busy.
+    from types import SimpleNamespace
+
+    from gpudoctor.collectors.profiler_window import _kineto_events
+
+    raw = [
+        _FakeKinetoEvent("Optimizer.step#AdamW.step", "CPU", 0, 1000),
+        _FakeKinetoEvent("cudaLaunchKernel", "CPU", 10, 5),
+        _FakeKinetoEvent("Optimizer.step#AdamW.step", "CUDA", 100, 900),
+        *[_FakeKinetoEvent("elementwise_kernel", "CUDA", 100 + 100 * i, 2) for i in range(9)],
+    ]
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: raw)))
+    events = _kineto_events(prof)
+    assert [e.name for e in events if e.on_device] == ["elementwise_kernel"] * 9
+    s = reduce_events(events, rank=0, first_step=0, last_step=0, wall_ms=1.0)
+    assert s.kernel_count == 9 and s.gpu_busy_ms == pytest.approx(0.018)
+    assert "Optimizer.step#AdamW.step" not in [k.name for k in s.top_kernels]

@@ -60,7 +60,7 @@ def test_run_records_steps_config_and_stops_at_n(tmp_path: Path) -> None:
     (loader,) = config.loaders
     assert (loader.num_workers, loader.batch_size, loader.sampler, loader.pin_memory) == (0, 8, "RandomSampler", False)
     window = run.windows[0]
-    assert (window.first_step, window.last_step) == tuple(run.manifest.profile_window) == (3, 7)
+    assert (window.first_step, window.last_step) == tuple(run.manifest.profile_window) == (7, 11)
     assert window.gpu_busy_frac is None and "CPU" in window.note and window.top_ops
     assert run.manifest.steps_recorded == (12,) and run.manifest.ranks == (0,)
     assert (tmp_path / "rd" / "stdout.log").is_file() and (tmp_path / "rd" / "trace-rank0.json").is_file()
@@ -68,6 +68,29 @@ def test_run_records_steps_config_and_stops_at_n(tmp_path: Path) -> None:
     again = gpudoctor("diagnose", "rd", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["manifest"]["status"] == "stopped"
+
+
+def test_script_shorter_than_the_window_says_how_to_profile_it(tmp_path: Path) -> None:
+    # 64 samples / batch 8 = 8 steps in one epoch; --steps 30 puts the window at steps 25-29
+    _script(tmp_path, "short.py", run_scripts.TRAIN.replace("range(100)", "range(1)").replace(
+        "torch.randn(256, 8), torch.randn(256, 1)", "torch.randn(64, 8), torch.randn(64, 1)"))
+    result = gpudoctor("run", "--steps", "30", "--json", "--out", "rd", "--",
+                       sys.executable, "short.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads(result.stdout)["manifest"]
+    assert manifest["status"] == "completed" and manifest["profile_window"] == [25, 29]
+    assert any("ended after 8 optimizer steps, before the profiler window (steps 25-29)" in n
+               and "--steps 8" in n for n in manifest["notes"])
+    assert not list((tmp_path / "rd").glob("window-rank*.json"))
+
+
+def test_explicit_window_is_profiled(tmp_path: Path) -> None:
+    _script(tmp_path, "train.py", run_scripts.TRAIN)
+    result = gpudoctor("run", "--steps", "12", "--window", "2:4", "--json", "--out", "rd", "--",
+                       sys.executable, "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    window = load_run(tmp_path / "rd").windows[0]
+    assert (window.first_step, window.last_step) == (2, 4)
 
 
 def test_grad_scaler_skips_nan_loss_and_accumulation(tmp_path: Path) -> None:
@@ -190,7 +213,9 @@ def test_bad_knob_is_a_usage_error(tmp_path: Path) -> None:
     assert result.returncode == 2 and "unknown knob 'num_wrkers'" in result.stderr
 
 
-@pytest.mark.parametrize("args", [["--steps", "0"], ["--steps", "5", "--full"]])
+@pytest.mark.parametrize("args", [["--steps", "0"], ["--steps", "5", "--full"], ["--window", "20"],
+                                  ["--window", "0:3"], ["--steps", "10", "--window", "8:12"],
+                                  ["--window", "20:24", "--no-profile"]])
 def test_bad_step_options(tmp_path: Path, args: list[str]) -> None:
     result = gpudoctor("run", *args, "--", sys.executable, "x.py", cwd=tmp_path)
     assert result.returncode == 2

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gpudoctor.tune.search import grid, grow_then_bisect, knee, pick_cheapest
+from gpudoctor.tune.search import grid, grow_then_bisect, knee, linear_limit, narrow, pick_cheapest
 
 
 @pytest.mark.parametrize("limit", [1, 7, 100, 777, 4096, 50_001])
@@ -80,3 +80,83 @@ def test_knee_where_the_curve_flattens() -> None:
 def test_grid_lists_cheapest_first() -> None:
     assert grid({"w": [0, 2], "pin": [False, True]}) == [
         {"w": 0, "pin": False}, {"w": 0, "pin": True}, {"w": 2, "pin": False}, {"w": 2, "pin": True}]
+
+
+# -- narrowing around a prediction (the memory model's guess of the limit)
+
+def _probe(limit: int, calls: list[int]):
+    def fits(n: int) -> bool:
+        calls.append(n)
+        return n <= limit
+    return fits
+
+
+@pytest.mark.parametrize("limit", [100, 777, 30_950, 50_001])
+def test_narrow_with_a_right_guess_takes_two_probes(limit: int) -> None:
+    calls: list[int] = []
+    lo, hi = narrow(_probe(limit, calls), limit // 2, limit * 2, guess=limit)
+    assert lo <= limit < hi and hi - lo <= max(1, math.floor(lo * 0.01))
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("error", [-0.5, -0.1, -0.03, -0.005, 0.005, 0.03, 0.1, 0.6])
+@pytest.mark.parametrize("limit", [100, 30_950])
+def test_narrow_with_a_wrong_guess_is_still_right_and_bounded(limit: int, error: float) -> None:
+    lo0, hi0 = limit // 2 + 1, limit * 2
+    plain: list[int] = []
+    narrow(_probe(limit, plain), lo0, hi0)
+    calls: list[int] = []
+    lo, hi = narrow(_probe(limit, calls), lo0, hi0, guess=int(limit * (1 + error)))
+    assert lo <= limit < hi and hi - lo <= max(1, math.floor(lo * 0.01))  # the bracket is as tight as bisection's
+    assert len(calls) <= 2 * len(plain) + 2  # a wrong guess costs probes, at most about twice bisection's
+
+
+@pytest.mark.parametrize("guess", [None, 10, 50, 400, 10_000])
+def test_narrow_ignores_a_guess_outside_the_bracket(guess) -> None:
+    calls: list[int] = []
+    lo, hi = narrow(_probe(123, calls), 50, 400, guess=guess)
+    assert (lo, hi) == (123, 124)
+    plain: list[int] = []
+    narrow(_probe(123, plain), 50, 400)
+    assert calls == plain
+
+
+def test_narrow_respects_max_probes_and_bad_brackets() -> None:
+    calls: list[int] = []
+    narrow(_probe(30_950, calls), 1, 1 << 30, max_probes=3)
+    assert len(calls) == 3
+    with pytest.raises(ValueError):
+        narrow(lambda n: True, 10, 10)
+
+
+def test_grow_then_bisect_uses_the_prediction_once_bracketed() -> None:
+    limit = 30_950
+    asked: list[tuple[int, int]] = []
+
+    def predict(lo: int, hi: int) -> int:
+        asked.append((lo, hi))
+        return limit
+
+    plain = grow_then_bisect(lambda n: n <= limit, start=16, cap=65_535)
+    guided = grow_then_bisect(lambda n: n <= limit, start=16, cap=65_535, predict=predict)
+    assert asked == [(16_384, 32_768)]  # called once, with the bracket the first OOM made
+    assert guided.largest_fit is not None and guided.largest_fit <= limit < guided.smallest_fail
+    assert guided.smallest_fail - guided.largest_fit <= math.floor(guided.largest_fit * 0.01)
+    assert len(guided.probes) == len(plain.probes) - 4  # 2 probes around the guess instead of 6 bisections
+
+
+def test_grow_then_bisect_without_a_boundary_never_predicts() -> None:
+    found = grow_then_bisect(lambda n: True, start=16, cap=1000, predict=lambda lo, hi: pytest.fail("asked"))
+    assert found.capped
+
+
+def test_linear_limit_from_peak_memory() -> None:
+    # 1 GiB fixed (weights, workspaces) + 4 MiB per sample, 141 GiB usable: (141 - 1) GiB / 4 MiB = 35840
+    mib = 2**20
+    points = [(s, 1024 * mib + 4 * mib * s) for s in (16, 1024, 8192, 16384)]
+    assert linear_limit(points, 141 * 1024 * mib) == 35_840
+    assert linear_limit(points[:1], 141 * 1024 * mib) is None  # one point: no slope
+    assert linear_limit([(8192, 5.0), (9000, 6.0)], 100.0) is None  # too close together: noise, not a slope
+    assert linear_limit([(1000, 5.0), (4000, 5.0)], 100.0) is None  # memory not growing with the batch
+    assert linear_limit([(1000, 5.0), (4000, 200.0)], 100.0) is None  # already over the capacity
+    assert linear_limit(points, 0.0) is None

@@ -83,3 +83,48 @@ def test_non_finite_loss_is_rejected() -> None:
     ctx.runner.target = ctx.target
     trial = ctx.runner.run(ctx.spec("precision", "fp32", {}, batch_size=8))
     assert trial.verdict is TrialVerdict.REJECTED and "non-finite" in trial.reason
+
+
+def test_loader_trial_compiles_before_the_loader_is_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With torch.compile on, a loader trial first runs two cached steps (the compile), then times the
+    real loader from a clean record: the compile is not counted as the loader's time."""
+    import dataclasses
+
+    import gpudoctor.train.loop as loop
+    from gpudoctor.tune.target import LoaderSettings
+    from gpudoctor.tune.trials import execute
+
+    compiled: list[bool] = []
+    monkeypatch.setattr(loop, "maybe_compile", lambda model, perf: compiled.append(perf.compile) or model)
+    fed: list[str] = []
+    real_fit = loop.Trainer.fit
+
+    def fit(self, data, **kwargs):
+        fed.append(type(data).__name__)
+        return real_fit(self, data, **kwargs)
+
+    monkeypatch.setattr(loop.Trainer, "fit", fit)
+    ctx = _ctx(f"{HERE / 'tiny_target.py'}:target")
+    config = ctx.target.config.replace(perf=dataclasses.replace(ctx.target.config.perf, compile=True))
+    spec = ctx.spec("loader", "num_workers=0", {}, config=config, mode="loader", batch_size=16,
+                    loader=LoaderSettings(num_workers=0), warmup=0, steps=4)
+    trial = execute(ctx.target, spec, ctx.runner.pools())
+    assert trial.verdict is TrialVerdict.OK, trial.reason
+    assert compiled == [True] and fed == ["_Cycle", "DataLoader"]
+    assert trial.steps == 4  # the two compile steps are not in the trial's record
+
+
+def test_loader_trial_without_compile_runs_the_loader_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.train.loop as loop
+    from gpudoctor.tune.target import LoaderSettings
+    from gpudoctor.tune.trials import execute
+
+    fed: list[str] = []
+    real_fit = loop.Trainer.fit
+    monkeypatch.setattr(loop.Trainer, "fit", lambda self, data, **kw: fed.append(type(data).__name__) or
+                        real_fit(self, data, **kw))
+    ctx = _ctx(f"{HERE / 'tiny_target.py'}:target")
+    spec = ctx.spec("loader", "num_workers=0", {}, mode="loader", batch_size=16,
+                    loader=LoaderSettings(num_workers=0), warmup=0, steps=4)
+    trial = execute(ctx.target, spec, ctx.runner.pools())
+    assert trial.verdict is TrialVerdict.OK and fed == ["DataLoader"] and trial.steps == 4

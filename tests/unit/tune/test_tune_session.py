@@ -35,6 +35,16 @@ def test_batch_found_within_margin_of_the_known_limit(tmp_path: Path) -> None:
     assert any("largest batch that fit: 100" in n for n in knob.notes)
 
 
+def test_trials_write_no_oom_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an OOM is the batch search's answer, not an incident: no oom-rank*.json in the user's folder
+    monkeypatch.chdir(tmp_path)
+    ctx = session.TuneContext(load_target(REF), runner=None, options=FAST, device=torch.device("cpu"))
+    robust = TrainConfig.from_dict(ctx.trial_config()).robust
+    assert (robust.oom_recover, robust.oom_snapshot) == (False, "off")
+    tune(["batch"], target_ref=OOM_REF, options=FAST_MAX, out=tmp_path / "tuned.toml")
+    assert not list(tmp_path.rglob("oom-*"))
+
+
 def test_default_pick_is_the_throughput_knee_never_above_the_safe_batch() -> None:
     result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=None)
     (knob,) = result.knobs

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # 41_run_overhead — what `gpudoctor run` costs the script it watches (issue 4 bars), then the
 # GPU tests of the probes. 1 GPU (on a 2-GPU machine it uses GPU 0).
-# Budget: 350 s — hot-path micro-benchmark ~20 s; 6 rounds x 3 arms = 18 runs of a 60-step
-# conv-net script, ~13 s each, ~240 s; tests ~60 s. Arms: plain, instrumented (the bars) and
-# probes-only (--no-profile, diagnostic: tells the probes' cost from the window's after-effects).
-# ROUNDS=4 trims it to ~250 s when the batch is tight (fewer rounds: a wider spread).
+# Budget: 300 s — hot-path micro-benchmark ~20 s; 4 rounds x 4 arms = 16 runs of a 60-step
+# conv-net script, ~13 s each, ~210 s; tests ~60 s. Arms: plain, instrumented (the default
+# --steps 60 layout, window on the last five steps: the bars), full_layout (--full, window 10-14)
+# and probes-only (--no-profile). ROUNDS=3 trims it to ~250 s (fewer rounds: a wider spread).
 # Writes to $JOB_OUT:
 #   run_overhead.json   the figures, every run, the exact command  -> commit as bench/results/run_overhead.json
 #   run_overhead.txt    the verdict, the spread lines and each run's figures
@@ -30,7 +30,7 @@ step() {  # step NAME OUTFILE CMD...: run CMD with stdout+stderr to OUTFILE, rec
 }
 
 step hotpath "$JOB_OUT/probe_hot_path.txt" python3 bench/probe_hot_path.py
-step overhead "$JOB_OUT/run_overhead.txt" python3 bench/run_overhead.py --rounds "${ROUNDS:-6}" --out "$JOB_OUT/run_overhead.json"
+step overhead "$JOB_OUT/run_overhead.txt" python3 bench/run_overhead.py --rounds "${ROUNDS:-4}" --out "$JOB_OUT/run_overhead.json"
 if python3 -c "import pytest" 2>/dev/null; then
   step tests "$JOB_OUT/pytest-run-gpu.txt" python3 -m pytest -m gpu tests/gpu/test_run_gpu.py -q -p no:cacheprovider
 else
@@ -39,5 +39,5 @@ fi
 
 echo "--- summary"
 cat "$timings"
-grep -E "^(outside the window|noise floor|instrumented|probes)" "$JOB_OUT/run_overhead.txt"
+grep -E "^(outside the window|noise floor|instrumented|full_layout|probes)" "$JOB_OUT/run_overhead.txt"
 tail -n 3 "$JOB_OUT/pytest-run-gpu.txt"

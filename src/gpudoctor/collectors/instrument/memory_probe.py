@@ -33,6 +33,7 @@ captured with stacks.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -80,7 +81,9 @@ def _start_history(torch: Any) -> None:
     try:
         start_history()
         assert S.run_dir is not None
-        attach_oom_dump(S.run_dir)
+        # under torchrun every rank writes its own files (oom-rank{N}.json), none overwrites another
+        distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+        attach_oom_dump(S.run_dir, rank=S.rank if distributed else None)
     except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
         print(f"gpudoctor: allocation history not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
 
