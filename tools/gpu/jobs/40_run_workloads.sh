@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # gpudoctor run on every example workload (issue 4: the verdict benchmark). Budget: 240 s on one
-# H200 (kind: nvidia-h200); with 2 GPUs visible the torchrun workloads also run on 2 ranks
-# (straggler included), about 300 s (kind: nvidia-h200-x2).
+# H200 (kind: nvidia-h200; 197 s on 2026-11-30); with 2 GPUs visible the torchrun workloads run on
+# 2 ranks, one GPU each (straggler included): 158 s on 2 x H200 (kind: nvidia-h200-x2).
 # Run from the repo root with PYTHONPATH=src and JOB_OUT set (tools/gpu/run_all.sh does both).
 # Outputs under $JOB_OUT, and where to commit them:
-#   fixtures/<workload>/            -> tests/fixtures/runs/<workload>/  (small records, no traces)
+#   fixtures/<workload>/            -> tests/fixtures/runs/<workload>/  (small records, no traces);
+#                                      a torchrun workload recorded with 2 GPUs -> <workload>-2gpu/
 #   run_verdicts.json, run_verdicts.txt  -> bench/results/
 #   try_basic_user.txt              -> bench/results/
 #   runs/, *.console.txt, job.log   (evidence; not committed: runs/ may hold traces)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # 41_run_overhead — what `gpudoctor run` costs the script it watches (issue 4 bars), then the
 # GPU tests of the probes. 1 GPU (on a 2-GPU machine it uses GPU 0).
-# Budget: 300 s — hot-path micro-benchmark ~20 s; 4 rounds x 4 arms = 16 runs of a 60-step
-# conv-net script, ~13 s each, ~210 s; tests ~60 s. Arms: plain, instrumented (the default
+# Budget: 350 s — hot-path micro-benchmark 14 s; 4 rounds x 4 arms = 16 runs of a 60-step
+# conv-net script, 263 s on an H200 (2026-11-30); tests ~60 s. Arms: plain, instrumented (the default
 # --steps 60 layout, window on the last five steps: the bars), full_layout (--full, window 10-14)
-# and probes-only (--no-profile). ROUNDS=3 trims it to ~250 s (fewer rounds: a wider spread).
+# and probes-only (--no-profile). ROUNDS=3 trims it by ~65 s (fewer rounds: a wider spread).
 # Writes to $JOB_OUT:
 #   run_overhead.json   the figures, every run, the exact command  -> commit as bench/results/run_overhead.json
 #   run_overhead.txt    the verdict, the spread lines and each run's figures
