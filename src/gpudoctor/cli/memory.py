@@ -6,9 +6,19 @@ from pathlib import Path
 
 import typer
 
+class _MemoryGroup(typer.core.TyperGroup):
+    """``gpudoctor memory [run options] -- CMD...`` is ``gpudoctor memory run ... -- CMD...``."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if "--" in args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
 memory_app = typer.Typer(
+    cls=_MemoryGroup,
     help="Memory analysis: estimate the peak of training a model, run a script and see where its memory "
-    "goes, or show why it ran out of memory.",
+    "goes (`memory run -- CMD`, or `memory -- CMD`), or show why it ran out of memory.",
     no_args_is_help=True,
 )
 

@@ -159,3 +159,16 @@ def test_run_directory_reads_the_first_rank_oom_snapshot_under_torchrun(tmp_path
     write_json(tmp_path / "oom-rank2.json", dataclasses.replace(snap, device=2), kind=KIND_OOM)
     (tmp_path / "oom-rankX.json").write_text("not a rank file", encoding="utf-8")
     assert load_run(tmp_path).oom.device == 2  # rank 2 before rank 10: numbers, not text order
+
+
+def test_memory_without_a_subcommand_runs_the_command(tmp_path: Path) -> None:
+    # the form the issue names: `gpudoctor memory -- CMD` (with run's options before the --)
+    (tmp_path / "train.py").write_text(TRAIN, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "memory", "--steps", "3", "--json", "--out", "rd",
+         "--", sys.executable, "train.py"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["manifest"]["steps_recorded"] == [3]
+    assert "profiler window off (memory mode)" in load_run(tmp_path / "rd").manifest.notes
