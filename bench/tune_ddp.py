@@ -8,7 +8,8 @@ per-rank batch in ``--batches`` (128: the basic user's; 1024: about where the si
 curve flattens, the batch ``tune all`` writes):
 
 1. ``tune ddp`` -- the library call the CLI makes: ``bucket_cap_mb`` 25/10/50/100 without a hook,
-   then the fp16 and bf16 compression hooks at the best size, each trial the slowest rank's rate,
+   then no hook / fp16 / bf16 at the best size over 3 interleaved rounds (judged on medians) --
+   each trial the slowest rank's rate,
    every rank running every trial, the choice agreed from rank 0 (all picks are gathered and
    compared here);
 2. an independent A/B check at the chosen bucket: no hook / fp16 / bf16, each arm a fresh DDP
@@ -162,7 +163,7 @@ def main_ddp(args: argparse.Namespace) -> int:
         if knob.params.get("parallel.bucket_cap_mb") is not None:
             check = ab_check(t, knob.params["parallel.bucket_cap_mb"], rounds=args.rounds,
                              warmup=args.warmup, steps=args.check_steps, device=device)
-            picked = knob.params.get("comm_hook", "none")
+            picked = knob.params.get("parallel.comm_hook", "none")
             check["picked"] = picked
             check["picked_over_fastest"] = check["arms"][picked]["over_fastest"]
             check["tolerance"] = tolerance

@@ -47,7 +47,11 @@ def test_ddp_knob_measures_buckets_and_hooks(tmp_path: Path) -> None:
     assert hooks == ["none round 1", "fp16 round 1", "bf16 round 1", "fp16 round 2", "bf16 round 2",
                      "none round 2", "bf16 round 3", "none round 3", "fp16 round 3"]
     assert knob["winner"] in settings
+    # the hooks are registered by the engine (parallel.comm_hook) and ran on gloo
+    assert {t["verdict"] for t in knob["trials"]} == {"ok"}, [(t["setting"], t["reason"]) for t in knob["trials"]]
     assert any("median of 3 interleaved rounds" in n for n in knob["notes"]), knob["notes"]
     from gpudoctor.train import TrainConfig
 
-    assert TrainConfig.from_file(out).parallel.bucket_cap_mb == knob["params"]["parallel.bucket_cap_mb"]
+    written = TrainConfig.from_file(out).parallel
+    assert written.bucket_cap_mb == knob["params"]["parallel.bucket_cap_mb"]
+    assert written.comm_hook == knob["params"]["parallel.comm_hook"]

@@ -71,6 +71,9 @@ class ParallelConfig:
         fsdp_shard_modules: class names of the submodules to shard one by one with FSDP2
             (e.g. ``("Block",)``); the root is always sharded.
         timeout_s: collective timeout; a hung rank fails after this instead of hanging forever.
+        comm_hook: DDP gradient compression before the all-reduce: ``none``, ``fp16`` or
+            ``bf16`` (PyTorch's default hooks). Measure it (``gpudoctor tune ddp``): on fast links
+            the casts can cost more than the bytes they save.
     """
 
     strategy: Literal["auto", "none", "ddp", "fsdp"] = "auto"
@@ -80,9 +83,11 @@ class ParallelConfig:
     find_unused_parameters: bool = False
     fsdp_shard_modules: tuple[str, ...] = ()
     timeout_s: float = 600.0
+    comm_hook: Literal["none", "fp16", "bf16"] = "none"
 
     def __post_init__(self) -> None:
         _choice("parallel.strategy", self.strategy, ("auto", "none", "ddp", "fsdp"))
+        _choice("parallel.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
         _positive("parallel.bucket_cap_mb", self.bucket_cap_mb)
         _positive("parallel.timeout_s", self.timeout_s)
         if self.static_graph and self.find_unused_parameters:

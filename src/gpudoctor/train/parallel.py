@@ -55,7 +55,7 @@ class Parallel:
         if self.strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            return DDP(
+            ddp = DDP(
                 model,
                 device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 bucket_cap_mb=self.config.bucket_cap_mb,
@@ -63,6 +63,8 @@ class Parallel:
                 static_graph=self.config.static_graph,
                 find_unused_parameters=self.config.find_unused_parameters,
             )
+            register_comm_hook(ddp, self.config.comm_hook)
+            return ddp
         if self.strategy == "fsdp":
             from torch.distributed.fsdp import fully_shard
 
@@ -122,3 +124,15 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             model = model.module
         else:
             return model
+
+
+def register_comm_hook(model: torch.nn.Module, name: str) -> None:
+    """Register PyTorch's ``fp16``/``bf16`` gradient compression hook on a DDP model (``none``:
+    nothing; a model that is not DDP — one process — has no gradient communication)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    if name == "none" or not isinstance(model, DistributedDataParallel):
+        return
+    hooks = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+    model.register_comm_hook(None, hooks[name])

@@ -66,11 +66,12 @@ def tune_ddp(ctx: TuneContext) -> KnobResult:
                           summary="skipped: one process has no gradient communication to tune")
 
     def run(bucket: float, hook: str | None, round_: int | None = None) -> Trial:
-        config = ctx.config.replace(parallel=dataclasses.replace(ctx.config.parallel, bucket_cap_mb=bucket,
-                                                                 timeout_s=min(ctx.config.parallel.timeout_s, 300.0)))
+        config = ctx.config.replace(parallel=dataclasses.replace(
+            ctx.config.parallel, bucket_cap_mb=bucket, comm_hook=hook or "none",
+            timeout_s=min(ctx.config.parallel.timeout_s, 300.0)))
         setting = f"bucket_cap_mb={bucket:g} hook={hook or 'none'}" + (f" round {round_}" if round_ else "")
-        spec = ctx.spec("ddp", setting, {"parallel.bucket_cap_mb": bucket, "comm_hook": hook or "none"},
-                        config=config, strategy="ddp", comm_hook=hook)
+        spec = ctx.spec("ddp", setting, {"parallel.bucket_cap_mb": bucket, "parallel.comm_hook": hook or "none"},
+                        config=config, strategy="ddp")
         trial = _slowest(ctx, execute(ctx.target, spec, ctx.runner.pools()))  # in-process: DDP needs the group
         ctx.trials.append(trial)
         ctx.on_trial(trial)
@@ -93,7 +94,8 @@ def tune_ddp(ctx: TuneContext) -> KnobResult:
     won = ctx.agree(pick_cheapest(medians, tolerance=ctx.options.tolerance))
     hook = arms[won] if won is not None else None
     winner = max(runs[won], key=lambda t: t.samples_per_s or 0.0) if won is not None else buckets[pick]
-    ctx.config = ctx.config.replace(parallel=dataclasses.replace(ctx.config.parallel, bucket_cap_mb=bucket))
+    ctx.config = ctx.config.replace(parallel=dataclasses.replace(ctx.config.parallel, bucket_cap_mb=bucket,
+                                                                 comm_hook=hook or "none"))
     notes = [f"bucket_cap_mb={bucket:g}, median of {HOOK_ROUNDS} interleaved rounds: " + ", ".join(
         f"{h or 'no hook'} {m:,.0f}/s" if m else f"{h or 'no hook'} failed" for h, m in zip(arms, medians))]
     base = medians[0]
@@ -101,10 +103,11 @@ def tune_ddp(ctx: TuneContext) -> KnobResult:
         if m and base:
             notes.append(f"{h} hook: {m / base:.2f}x of no hook")
     if hook is not None:
-        notes.append(f"TrainConfig has no comm-hook field: register it yourself after wrapping, "
+        notes.append(f"written as parallel.comm_hook = \"{hook}\": the engine registers PyTorch's "
+                     f"{hook}_compress_hook; in your own loop: "
                      f"model.register_comm_hook(None, default_hooks.{hook}_compress_hook)")
     return KnobResult(knob="ddp", trials=tuple(ctx.trials[first:]), winner=winner.setting,
-                      params={"parallel.bucket_cap_mb": bucket, "comm_hook": hook or "none"},
+                      params={"parallel.bucket_cap_mb": bucket, "parallel.comm_hook": hook or "none"},
                       summary=f"bucket_cap_mb={bucket:g}, comm hook {hook or 'none'} "
                               f"(slowest rank's rate, median of {HOOK_ROUNDS} rounds)",
                       notes=tuple(notes))

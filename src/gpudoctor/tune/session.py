@@ -121,12 +121,12 @@ class TuneContext:
 
     def spec(self, knob: str, setting: str, params: dict[str, Any], *, config: Any = None, mode: str = "train",
              batch_size: int | None = None, loader: LoaderSettings | None = None, strategy: str = "none",
-             warmup: int | None = None, steps: int | None = None, comm_hook: str | None = None) -> TrialSpec:
+             warmup: int | None = None, steps: int | None = None) -> TrialSpec:
         return TrialSpec(knob=knob, setting=setting, params=params, config=self.trial_config(config, strategy=strategy),
                          loader=(loader or self.loader).to_dict(), mode=mode,
                          batch_size=batch_size or self.batch_size,
                          warmup=self.options.warmup if warmup is None else warmup,
-                         steps=self.options.steps if steps is None else steps, comm_hook=comm_hook)
+                         steps=self.options.steps if steps is None else steps)
 
     def run(self, spec: TrialSpec) -> Trial:
         """Run one trial (raises :class:`BudgetSpent` instead when the budget is gone).

@@ -55,7 +55,6 @@ class TrialSpec:
         batch_size: per-device batch.
         warmup: steps run before measuring (cuDNN autotuning, allocator warm-up, compile).
         steps: measured steps.
-        comm_hook: DDP gradient compression hook (``fp16``, ``bf16``) or ``None``.
     """
 
     knob: str
@@ -67,7 +66,6 @@ class TrialSpec:
     batch_size: int = 32
     warmup: int = 3
     steps: int = 10
-    comm_hook: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("train", "eval", "loader"):
@@ -230,8 +228,6 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
                       observers=[collect], unpack=target.unpack or default_unpack)
     device = trainer.device
     cuda = device.type == "cuda"
-    if spec.comm_hook:
-        _register_hook(trainer.model, spec.comm_hook)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     out: dict[str, Any] = {}
@@ -284,16 +280,6 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
         out["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(device))
     del trainer
     return out
-
-
-def _register_hook(model: Any, name: str) -> None:
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel
-
-    if not isinstance(model, DistributedDataParallel):
-        return  # one process: there is no gradient communication to compress
-    hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[name]
-    model.register_comm_hook(None, hook)
 
 
 class TrialRunner:

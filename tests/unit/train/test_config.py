@@ -14,6 +14,7 @@ from gpudoctor.train.precision import resolve_dtype
     (lambda: TrainConfig(grad_accum_steps=0), r"grad_accum_steps=0 must be a positive"),
     (lambda: TrainConfig(lr_scaling="linear"), r"needs base_batch_size"),
     (lambda: ParallelConfig(strategy="dp"), r"use one of: auto, none, ddp, fsdp"),
+    (lambda: ParallelConfig(comm_hook="powersgd"), r"parallel.comm_hook='powersgd' is not valid; use one of: none, fp16, bf16"),
     (lambda: ParallelConfig(static_graph=True, find_unused_parameters=True), r"keep only static_graph"),
     (lambda: CheckpointConfig(every_steps=10), r"set dir to a folder"),
     (lambda: RobustConfig(nonfinite="ignore"), r"use one of: stop, skip, off"),
