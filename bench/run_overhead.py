@@ -66,7 +66,9 @@ def default_window(steps: int) -> tuple[int, int]:
 
 def arm_window(mode: str, steps: int) -> tuple[int, int] | None:
     """The profiler window of an arm (``None``: no window)."""
-    return {"instrumented": default_window(steps), "full_layout": FULL_WINDOW}.get(mode)
+    if mode == "instrumented":
+        return default_window(steps)
+    return FULL_WINDOW if mode == "full_layout" else None
 
 
 def arm_flags(mode: str, steps: int) -> list[str]:

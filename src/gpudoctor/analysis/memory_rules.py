@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts
-from gpudoctor.analysis.prescription import human_bytes, pct
+from gpudoctor.analysis.prescription import pct
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
+from gpudoctor.records.units import human_bytes
 
 CODE_LEAK = "GD-RUN-MEM-LEAK"
 CODE_FRAG = "GD-RUN-FRAGMENTATION"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gpudoctor.analysis.prescription import human_bytes
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.memory import OomSnapshot
+from gpudoctor.records.units import human_bytes
 
 UNKNOWN_SITE = "(no Python frame recorded: allocation history was off)"
 

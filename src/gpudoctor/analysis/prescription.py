@@ -16,18 +16,6 @@ def ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f} ms"
 
 
-def human_bytes(n: float | None) -> str:
-    """Bytes in binary units with one decimal (``1.5 GiB``)."""
-    if n is None:
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover - loop always returns
-
-
 def performance_finding(
     *,
     code: str,
@@ -50,4 +38,4 @@ def performance_finding(
                     fix=fix.strip("\n"), expected_gain=round(gain, 4))]
 
 
-__all__ = ["human_bytes", "ms", "pct", "performance_finding"]
+__all__ = ["ms", "pct", "performance_finding"]

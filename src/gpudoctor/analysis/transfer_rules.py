@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
-from gpudoctor.analysis.prescription import human_bytes, ms, pct, performance_finding
+from gpudoctor.analysis.prescription import ms, pct, performance_finding
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding
+from gpudoctor.records.units import human_bytes
 
 CODE_PAGEABLE = "GD-RUN-H2D-PAGEABLE"
 CODE_BLOCKING = "GD-RUN-H2D-BLOCKING"

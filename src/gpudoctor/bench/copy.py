@@ -84,7 +84,6 @@ def run_copy(
 
 
 def _host_link_result(op, nbytes, times, device, link_peak, link: LinkState | None, timed) -> BenchResult:
-    stats = throughput(nbytes, times, scale=1e9)
     pinned = op.endswith("pinned")
     note = "bytes copied once (PCIe one way)"
     if not pinned:
@@ -97,54 +96,22 @@ def _host_link_result(op, nbytes, times, device, link_peak, link: LinkState | No
     source = ""
     if link_peak is not None and link is not None:
         source = f"PCIe Gen{link.pcie_gen_max} x{link.pcie_width_max} line rate, one direction"
-    return BenchResult(
-        section="copy",
-        op=op,
-        size=size_label(nbytes),
-        size_bytes=nbytes,
-        device=str(device),
-        unit="GB/s",
-        median=stats.median,
-        p10=stats.p10,
-        p90=stats.p90,
-        repeats=stats.count,
-        time_ms=median_ms(times),
-        peak=link_peak if pinned else None,
-        peak_source=source if pinned else "",
-        fraction_of_peak=stats.median / link_peak if (pinned and link_peak) else None,
-        note=note,
-    )
+    return _result(op, nbytes, nbytes, str(device), times, note=note,
+                   peak=link_peak if pinned else None, peak_source=source if pinned else "")
 
 
 def _d2d(torch, device, sizes: tuple[int, ...]) -> list[BenchResult]:
     spec = match_spec(torch.cuda.get_device_name(device))
+    peak = spec.mem_bandwidth_gbs if spec is not None else None
+    source = f"{spec.name} datasheet memory bandwidth" if spec is not None else ""
     results = []
     for nbytes in sizes:
         src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(7)
         dst = torch.empty_like(src)
         times = time_gpu(lambda: dst.copy_(src), GPU_PROTOCOL)
         del src, dst
-        stats = throughput(2 * nbytes, times, scale=1e9)
-        peak = spec.mem_bandwidth_gbs if spec is not None else None
-        results.append(
-            BenchResult(
-                section="copy",
-                op="d2d",
-                size=size_label(nbytes),
-                size_bytes=2 * nbytes,
-                device=str(device),
-                unit="GB/s",
-                median=stats.median,
-                p10=stats.p10,
-                p90=stats.p90,
-                repeats=stats.count,
-                time_ms=median_ms(times),
-                peak=peak,
-                peak_source=f"{spec.name} datasheet memory bandwidth" if spec is not None else "",
-                fraction_of_peak=stats.median / peak if peak else None,
-                note="counts bytes read + written (2 x the buffer)",
-            )
-        )
+        results.append(_result("d2d", nbytes, 2 * nbytes, str(device), times, peak=peak, peak_source=source,
+                               note="counts bytes read + written (2 x the buffer)"))
     return results
 
 
@@ -157,21 +124,17 @@ def _host_memcpy(sizes: tuple[int, ...]) -> list[BenchResult]:
         dst = torch.empty_like(src)
         times = time_host(lambda: dst.copy_(src), CPU_PROTOCOL)
         del src, dst
-        stats = throughput(2 * nbytes, times, scale=1e9)
-        results.append(
-            BenchResult(
-                section="copy",
-                op="host_memcpy",
-                size=size_label(nbytes),
-                size_bytes=2 * nbytes,
-                device="cpu",
-                unit="GB/s",
-                median=stats.median,
-                p10=stats.p10,
-                p90=stats.p90,
-                repeats=stats.count,
-                time_ms=median_ms(times),
-                note="CPU: counts bytes read + written (2 x the buffer); no reference to compare with",
-            )
-        )
+        results.append(_result("host_memcpy", nbytes, 2 * nbytes, "cpu", times,
+                               note="CPU: counts bytes read + written (2 x the buffer); no reference to compare with"))
     return results
+
+
+def _result(op: str, nbytes: int, counted: int, device: str, times: list[float], *, note: str,
+            peak: float | None = None, peak_source: str = "") -> BenchResult:
+    """One copy figure: ``counted`` bytes per copy of an ``nbytes`` buffer over ``times`` (ms)."""
+    stats = throughput(counted, times, scale=1e9)
+    return BenchResult(
+        section="copy", op=op, size=size_label(nbytes), size_bytes=counted, device=device, unit="GB/s",
+        median=stats.median, p10=stats.p10, p90=stats.p90, repeats=stats.count, time_ms=median_ms(times),
+        peak=peak, peak_source=peak_source, fraction_of_peak=stats.median / peak if peak else None, note=note,
+    )

@@ -23,17 +23,17 @@ from typing import Any
 
 from gpudoctor.records.base import write_json
 from gpudoctor.records.memory import LiveBlock, OomSnapshot
+from gpudoctor.records.rundir import KIND_OOM, OOM, OOM_PICKLE, oom_files
+from gpudoctor.records.units import human_bytes
 
-KIND_OOM = "oom_snapshot"
 MAX_FRAMES = 8
 VIEWER_URL = "pytorch.org/memory_viz"
-_RANK_FILE = re.compile(r"^oom(?:-rank(\d+))?\.json$")
 
 
 def oom_file_names(rank: int | None = None) -> tuple[str, str]:
     """``(json name, pickle name)``: per process when ``rank`` is None, else per rank."""
     if rank is None:
-        return "oom.json", "oom-snapshot.pickle"
+        return OOM, OOM_PICKLE
     return f"oom-rank{rank}.json", f"oom-snapshot-rank{rank}.pickle"
 
 
@@ -47,9 +47,9 @@ def find_oom_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        found = [(m.group(1), p) for p in path.iterdir() if (m := _RANK_FILE.match(p.name))]
+        found = oom_files(path)
         if found:
-            return [p for _, p in sorted(found, key=lambda rp: -1 if rp[0] is None else int(rp[0]))]
+            return found
         raise FileNotFoundError(
             f"{path} holds no oom.json or oom-rank*.json; they are written at an out-of-memory error "
             "by the engine (robust.oom_snapshot) and by `gpudoctor memory run`"
@@ -279,18 +279,8 @@ def allocator_snapshot_now(device: int, *, requested_bytes: int, step: int | Non
     )
 
 
-def format_bytes(n: int) -> str:
-    """``1.5 GiB``: for messages written where the analysis layer's formatter is out of reach."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover
-
-
 def figures_line(snap: OomSnapshot) -> str:
     """One line: requested, allocated, reserved and free at the error."""
-    return (f"tried to allocate {format_bytes(snap.requested_bytes)} with {format_bytes(snap.allocated_bytes)} "
-            f"allocated, {format_bytes(snap.reserved_bytes)} reserved and {format_bytes(snap.device_free_bytes)} "
-            f"free of {format_bytes(snap.device_total_bytes)}")
+    return (f"tried to allocate {human_bytes(snap.requested_bytes)} with {human_bytes(snap.allocated_bytes)} "
+            f"allocated, {human_bytes(snap.reserved_bytes)} reserved and {human_bytes(snap.device_free_bytes)} "
+            f"free of {human_bytes(snap.device_total_bytes)}")

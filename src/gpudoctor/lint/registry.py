@@ -7,77 +7,21 @@ safety, GD9xx noisy rules that are off unless selected explicitly.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from types import ModuleType
 
-from gpudoctor.lint.rules import (
-    gd101_discarded_to,
-    gd102_cuda_in_dataset,
-    gd103_numpy_on_cuda,
-    gd104_dataloader_defaults,
-    gd201_loss_accumulated_with_graph,
-    gd202_outputs_kept_with_graph,
-    gd203_empty_cache_in_loop,
-    gd204_zero_grad_set_to_none_false,
-    gd301_deprecated_cuda_amp,
-    gd302_step_inside_autocast,
-    gd303_clip_without_unscale,
-    gd304_sum_reduction_under_fp16,
-    gd305_module_half_in_training,
-    gd401_data_parallel,
-    gd402_ddp_several_device_ids,
-    gd403_set_device_order,
-    gd404_distributed_launch,
-    gd405_sampler_without_set_epoch,
-    gd406_sampler_with_shuffle,
-    gd407_save_ddp_wrapper,
-    gd408_find_unused_parameters,
-    gd409_ddp_loader_without_sampler,
-    gd410_nccl_transport_disabled,
-    gd501_unsynchronized_timing,
-    gd502_host_sync_in_hot_loop,
-    gd503_cudnn_deterministic,
-    gd504_cuda_launch_blocking,
-    gd505_anomaly_detection_on,
-    gd601_torch_load_weights_only,
-    gd602_step_without_zero_grad,
-    gd901_cudnn_benchmark_unset,
-    gd902_persistent_workers_unset,
-)
+from gpudoctor.lint import rules as _rules_pkg
 
-ALL_RULES: tuple[ModuleType, ...] = (
-    gd101_discarded_to,
-    gd102_cuda_in_dataset,
-    gd103_numpy_on_cuda,
-    gd104_dataloader_defaults,
-    gd201_loss_accumulated_with_graph,
-    gd202_outputs_kept_with_graph,
-    gd203_empty_cache_in_loop,
-    gd204_zero_grad_set_to_none_false,
-    gd301_deprecated_cuda_amp,
-    gd302_step_inside_autocast,
-    gd303_clip_without_unscale,
-    gd304_sum_reduction_under_fp16,
-    gd305_module_half_in_training,
-    gd401_data_parallel,
-    gd402_ddp_several_device_ids,
-    gd403_set_device_order,
-    gd404_distributed_launch,
-    gd405_sampler_without_set_epoch,
-    gd406_sampler_with_shuffle,
-    gd407_save_ddp_wrapper,
-    gd408_find_unused_parameters,
-    gd409_ddp_loader_without_sampler,
-    gd410_nccl_transport_disabled,
-    gd501_unsynchronized_timing,
-    gd502_host_sync_in_hot_loop,
-    gd503_cudnn_deterministic,
-    gd504_cuda_launch_blocking,
-    gd505_anomaly_detection_on,
-    gd601_torch_load_weights_only,
-    gd602_step_without_zero_grad,
-    gd901_cudnn_benchmark_unset,
-    gd902_persistent_workers_unset,
-)
+
+def _discover_rules() -> tuple[ModuleType, ...]:
+    """Every ``gdNNN_*`` module of :mod:`gpudoctor.lint.rules`, in code order: adding a rule is
+    adding its file."""
+    names = sorted(m.name for m in pkgutil.iter_modules(_rules_pkg.__path__) if m.name.startswith("gd"))
+    return tuple(importlib.import_module(f"{_rules_pkg.__name__}.{name}") for name in names)
+
+
+ALL_RULES: tuple[ModuleType, ...] = _discover_rules()
 DEFAULT_OFF_PREFIX = "GD9"
 GROUPS = {
     "GD1": "device and data movement",

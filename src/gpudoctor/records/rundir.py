@@ -43,6 +43,7 @@ STDOUT = "stdout.log"
 REPORT = "report.html"
 OOM = "oom.json"
 OOM_PICKLE = "oom-snapshot.pickle"
+_OOM_FILE = re.compile(r"oom(?:-rank(\d+))?\.json")
 
 KIND_MANIFEST = "run_manifest"
 KIND_CONFIG = "rank_config"
@@ -53,7 +54,7 @@ KIND_HOST = "host_samples"
 KIND_ENV = "check_report"
 KIND_FINDINGS = "findings"
 KIND_MEMORY = "memory_stages"
-KIND_OOM = "oom_snapshot"  # same string as gpudoctor.core.memory_history.KIND_OOM
+KIND_OOM = "oom_snapshot"
 
 
 def steps_file(rank: int) -> str:
@@ -134,14 +135,19 @@ def load_run(path: Path) -> RunData:
         data.host = list(read_jsonl(path / HOST_SAMPLES, HostSample, kind=KIND_HOST))
     if (path / ENV).is_file():
         data.env = read_json(path / ENV, CheckReport, kind=KIND_ENV)
-    oom_files = [path / OOM] if (path / OOM).is_file() else [
-        path / f"oom-rank{rank}.json" for rank in sorted(
-            int(m.group(1)) for m in (re.fullmatch(r"oom-rank(\d+)\.json", c.name) for c in path.iterdir()) if m)]
-    if oom_files:  # under torchrun each rank writes its own: the first rank that ran out
-        data.oom = read_json(oom_files[0], OomSnapshot, kind=KIND_OOM)
+    snapshots = oom_files(path)
+    if snapshots:  # the whole process's, else the lowest rank's
+        data.oom = read_json(snapshots[0], OomSnapshot, kind=KIND_OOM)
     if (path / FINDINGS).is_file():
         data.findings = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS).findings
     return data
 
 
-__all__ = ["FindingList", "RunData", "SchemaError", "load_run"]
+def oom_files(folder: Path) -> list[Path]:
+    """The OOM snapshots in ``folder``: ``oom.json`` (a whole process), then ``oom-rank{N}.json``
+    by rank number (under torchrun each rank writes its own)."""
+    found = [(m.group(1), c) for c in Path(folder).glob("oom*.json") if (m := _OOM_FILE.fullmatch(c.name))]
+    return [c for _, c in sorted(found, key=lambda rc: -1 if rc[0] is None else int(rc[0]))]
+
+
+__all__ = ["FindingList", "RunData", "SchemaError", "load_run", "oom_files"]

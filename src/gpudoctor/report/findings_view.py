@@ -14,10 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.analysis.facts import RunFacts, run_facts
-from gpudoctor.analysis.prescription import human_bytes, pct
+from gpudoctor.analysis.prescription import pct
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.rundir import RunData
+from gpudoctor.records.units import human_bytes
 
 STYLES = {Severity.INFO: "cyan", Severity.WARN: "yellow", Severity.ERROR: "bold red"}
 PARTS = ("data wait", "H2D", "compute", "sync", "comm")

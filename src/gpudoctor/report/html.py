@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import timeline
-from gpudoctor.analysis.prescription import human_bytes
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
+from gpudoctor.records.units import human_bytes
 from gpudoctor.report import charts
 from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
 

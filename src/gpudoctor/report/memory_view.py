@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.memory import MemoryEstimate, OomSnapshot
-from gpudoctor.analysis.prescription import human_bytes as fmt_bytes
+from gpudoctor.records.units import human_bytes as fmt_bytes
 
 
 def render_estimate(est: MemoryEstimate):

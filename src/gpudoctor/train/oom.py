@@ -22,6 +22,7 @@ import torch
 
 from gpudoctor.core import memory_history as mh
 from gpudoctor.records.base import write_json
+from gpudoctor.records.units import human_bytes
 from gpudoctor.train.config import TrainConfig
 
 HISTORY_STEPS = 100  # ``on_oom``: record allocation history for this many steps after an OOM
@@ -199,9 +200,9 @@ class OomCapture:
         if snap is not None and snap.requested_bytes:
             parts.append(f"at the error: {mh.figures_line(snap)}")
         elif snap is not None:  # the request's size is unknown
-            parts.append(f"after the error: {mh.format_bytes(snap.allocated_bytes)} allocated, "
-                         f"{mh.format_bytes(snap.reserved_bytes)} reserved and "
-                         f"{mh.format_bytes(snap.device_free_bytes)} free of {mh.format_bytes(snap.device_total_bytes)}")
+            parts.append(f"after the error: {human_bytes(snap.allocated_bytes)} allocated, "
+                         f"{human_bytes(snap.reserved_bytes)} reserved and "
+                         f"{human_bytes(snap.device_free_bytes)} free of {human_bytes(snap.device_total_bytes)}")
         if json_path is not None:
             written = str(json_path)
             if snap is not None and snap.pickle_path:

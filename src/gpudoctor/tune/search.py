@@ -23,6 +23,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gpudoctor.analysis.memory_model import fit_affine, max_batch_that_fits
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Probe:
@@ -164,9 +166,9 @@ def narrow(fits: Callable[[int], bool], lo: int, hi: int, *, resolution: float =
 
 def linear_limit(points: Sequence[tuple[int, float]], capacity: float) -> int | None:
     """The largest size whose memory stays under ``capacity``, from measured ``(size, bytes)``
-    points: a straight line through the largest size and the largest one at most 3/4 of it (the
-    fixed part of the memory, weights and workspaces, drops out of the slope; points too close
-    together would amplify noise). ``None`` when the points cannot say (fewer than two usable,
+    points: the memory model's line (:mod:`gpudoctor.analysis.memory_model`) through the largest
+    size and the largest one at most 3/4 of it (the fixed part of the memory, weights and
+    workspaces, drops out of the slope; points too close together would amplify noise). ``None`` when the points cannot say (fewer than two usable,
     memory not growing with the size, or already over ``capacity``).
     """
     usable = sorted({s: m for s, m in points if s > 0 and m is not None and m > 0}.items())
@@ -177,10 +179,10 @@ def linear_limit(points: Sequence[tuple[int, float]], capacity: float) -> int | 
     if not below:
         return None
     s1, m1 = below[-1]
-    slope = (m2 - m1) / (s2 - s1)
-    if slope <= 0 or m2 >= capacity:
+    if m2 >= capacity:
         return None
-    return int(s2 + (capacity - m2) / slope)
+    fixed, per_sample = fit_affine([(s1, m1), (s2, m2)])
+    return max_batch_that_fits(fixed, per_sample, capacity, margin=0.0)
 
 
 def _with_margin(size: int, margin: float) -> int:

@@ -33,7 +33,6 @@ captured with stacks.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -76,14 +75,14 @@ def _start_history(torch: Any) -> None:
     if M.history_started:
         return
     M.history_started = True
+    from gpudoctor.core.dist import dist_env
     from gpudoctor.core.memory_history import attach_oom_dump, start_history
 
     try:
         start_history()
         assert S.run_dir is not None
         # under torchrun every rank writes its own files (oom-rank{N}.json), none overwrites another
-        distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
-        attach_oom_dump(S.run_dir, rank=S.rank if distributed else None)
+        attach_oom_dump(S.run_dir, rank=S.rank if dist_env().is_distributed else None)
     except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
         print(f"gpudoctor: allocation history not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
 
