@@ -67,6 +67,7 @@ def test_ddp_keeps_parameters_equal_across_ranks(ddp_run):
     r0, r1 = _load(ddp_run, 0), _load(ddp_run, 1)
     assert torch.equal(r0["params"], r1["params"])
     assert r0["world"] == 2 and r0["global_batch"] == 4 * 2 * 2 and r0["steps"] == 12
+    assert r0["group_left"] and r1["group_left"]  # Trainer.close() ended the group the trainer joined
     assert r0["losses"] != r1["losses"]  # each rank saw its own shard of the data
 
 

@@ -67,12 +67,11 @@ def main() -> None:
 
     state = model_state(trainer.model, trainer.sharded)  # full tensors, also under FSDP2
     flat = torch.cat([v.flatten() for k, v in sorted(state.items())]) if state else None  # FSDP2: rank 0 only
+    trainer.close()  # the trainer joined the group, so it leaves it (a barrier first)
     torch.save({"params": flat, "losses": crash.losses, "steps": result.steps, "world": result.world_size,
-                "resumed_from": result.resumed_from_step, "global_batch": result.global_batch},
+                "resumed_from": result.resumed_from_step, "global_batch": result.global_batch,
+                "group_left": not torch.distributed.is_initialized()},
                out / f"rank{rank}-attempt{attempt}.pt")
-    from gpudoctor.core.dist import destroy_distributed
-
-    destroy_distributed()
 
 
 if __name__ == "__main__":

@@ -197,6 +197,7 @@ def _worker(args: argparse.Namespace) -> int:
     device = select_device("auto", env)
     init_distributed(env, device, timeout_s=args.timeout)
     results, skipped = [], []
+    finished = False
     try:
         for op in args.ops.split(","):
             for nbytes in _sizes(args, device):
@@ -218,8 +219,9 @@ def _worker(args: argparse.Namespace) -> int:
                 skipped=tuple(skipped),
             )
             write_json(Path(args.out), report, kind=KIND_BENCH)
+        finished = True
     finally:
-        destroy_distributed()
+        destroy_distributed(synchronize=finished)
     return 0
 
 

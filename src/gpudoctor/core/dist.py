@@ -97,9 +97,61 @@ def init_distributed(
     dist.init_process_group(backend=backend or ("nccl" if device.type == "cuda" else "gloo"), **kwargs)
 
 
-def destroy_distributed() -> None:
-    """Leave the process group if one exists."""
+def destroy_distributed(*, synchronize: bool = True) -> None:
+    """Leave the process group if one exists; call it at the clean end of every rank.
+
+    ``synchronize``: the ranks first meet at a barrier, so none tears down while another is still
+    in a collective. Pass ``False`` on an error path, where a rank must not wait for the others.
+
+    Under gloo, a worker thread releases each finished collective a moment after the caller saw it
+    complete, and releasing it takes the GIL. A process that reaches interpreter shutdown inside
+    that moment aborts ("terminate called without an active exception", SIGABRT), so torchrun
+    reports a finished job as failed (PyTorch issue 190489). A barrier does not close that moment
+    (it holds the finished collective and releases it the same way), so this also waits until the
+    process's other threads have stopped running (:func:`wait_for_idle_threads`).
+    """
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gloo = dist.get_backend() == "gloo"
+    if synchronize:
+        dist.barrier()
+    dist.destroy_process_group()
+    if gloo:
+        wait_for_idle_threads()
+
+
+def wait_for_idle_threads(timeout_s: float = 0.5, poll_s: float = 0.001) -> bool:
+    """Wait until no other thread of this process is running, seen twice in a row (Linux).
+
+    Between looks the GIL is free, so a thread waiting for it gets it and finishes a short piece of
+    work (gloo's release of a collective is microseconds); a thread that stays runnable (a busy
+    user thread) ends the wait at ``timeout_s``. Returns whether the threads went idle (``False``
+    also where ``/proc`` is missing: nothing to look at).
+    """
+    import threading
+    import time
+
+    tasks = "/proc/self/task"
+    if not os.path.isdir(tasks):
+        return False
+    me = str(threading.get_native_id())
+    deadline = time.monotonic() + timeout_s
+    idle_looks = 0
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)  # frees the GIL
+        idle_looks = idle_looks + 1 if not any(_running(tasks, tid) for tid in os.listdir(tasks) if tid != me) else 0
+        if idle_looks == 2:
+            return True
+    return False
+
+
+def _running(tasks: str, tid: str) -> bool:
+    """Whether thread ``tid`` is running or runnable (state ``R`` in its ``stat``)."""
+    try:
+        with open(f"{tasks}/{tid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:  # the thread ended meanwhile
+        return False
+    return stat[stat.rindex(")") + 2:].startswith("R")

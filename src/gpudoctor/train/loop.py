@@ -71,6 +71,9 @@ class Trainer:
         trainer = Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(),
                           config=presets.single_gpu_bf16())
         result = trainer.fit(train_loader, epochs=10, val_loader=val_loader)
+
+    Under torchrun the trainer joins the process group; ``with Trainer(...) as trainer:`` (or
+    :meth:`close`) leaves it again at the end, as a distributed script should.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | Callable, loss_fn: Callable, *,
@@ -94,6 +97,20 @@ class Trainer:
             self.model.parameters())  # params -> optimizer (FSDP2's sharded params exist only now)
         self.loss_fn, self.scheduler, self.unpack = loss_fn, scheduler, unpack
         self.observers = list(observers)
+
+    def close(self) -> None:
+        """Leave the process group this trainer joined: a barrier, then ``destroy_process_group``
+        (a group the caller made is left alone; nothing to do for one process). Idempotent."""
+        self.parallel.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        # After an error the group is left as it is: tearing it down while other ranks wait in a
+        # collective can hang (torchtitan #1342); torchrun stops them when this rank exits.
+        if exc_type is None:
+            self.close()
 
     # ----------------------------------------------------------------------------- the loop
     def fit(self, train_loader: Iterable | Dataset, *, epochs: int = 1, val_loader: Iterable | None = None) -> FitResult:

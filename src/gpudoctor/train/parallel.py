@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpudoctor.core.dist import DistEnv, init_distributed
+from gpudoctor.core.dist import DistEnv, destroy_distributed, init_distributed
 from gpudoctor.train.config import ParallelConfig
 
 
@@ -36,6 +36,7 @@ class Parallel:
         model = parallel.wrap(model)
         with parallel.no_sync(model, last_micro_step=False):
             loss.backward()
+        parallel.close()                                            # leaves it (if it joined it)
     """
 
     def __init__(self, config: ParallelConfig, env: DistEnv, device: torch.device) -> None:
@@ -43,7 +44,15 @@ class Parallel:
         self.env = env
         self.device = device
         self.strategy = resolve_strategy(config, env)
+        self.owns_group = env.is_distributed and not (dist.is_available() and dist.is_initialized())
         init_distributed(env, device, timeout_s=config.timeout_s)  # set_device first, then the group
+
+    def close(self, *, synchronize: bool = True) -> None:
+        """Leave the process group if this object joined it (a group the caller made is the caller's
+        to end). ``synchronize``: meet the other ranks at a barrier first (see ``destroy_distributed``)."""
+        if self.owns_group:
+            self.owns_group = False
+            destroy_distributed(synchronize=synchronize)
 
     @property
     def world_size(self) -> int:

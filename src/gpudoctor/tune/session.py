@@ -257,7 +257,7 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
     if owns_group:
         from gpudoctor.core.dist import destroy_distributed
 
-        destroy_distributed()  # every collective of the session is done
+        destroy_distributed(synchronize=not interrupted)  # after Ctrl-C the ranks may stand at different trials
     config_path = loader_path = None
     if out is not None and ctx.rank == 0:  # after Ctrl-C too: the knobs that finished chose these
         written = write_outputs(ctx.config, ctx.loader, out)

@@ -97,3 +97,25 @@ def test_nan_guard_skip_stops_after_max_skips():
     cfg = cpu_config(robust=RobustConfig(nonfinite="skip", max_skips=3))
     result = Trainer(model, _sgd(model), nn.CrossEntropyLoss(), config=cfg).fit(tiny_loader(), epochs=1)
     assert result.steps == 3 and result.skipped_steps == 3 and "consecutive" in result.stopped_reason
+
+
+def test_with_block_leaves_only_a_group_the_trainer_joined(monkeypatch):
+    """``with Trainer(...)``: a barrier then destroy at a clean end, only once, nothing for one
+    process, and no teardown after an exception (it could hang while other ranks wait)."""
+    from gpudoctor.train import parallel as parallel_mod
+
+    calls = []
+    monkeypatch.setattr(parallel_mod, "destroy_distributed", lambda *, synchronize: calls.append(synchronize))
+    model = tiny_model()
+    with Trainer(model, _sgd(model), nn.CrossEntropyLoss(), config=cpu_config()) as trainer:
+        trainer.fit(tiny_loader(), epochs=1)
+    trainer.close()
+    assert calls == []  # one process: no group was joined
+    trainer.parallel.owns_group = True  # as under torchrun when the trainer made the group
+    trainer.close()
+    trainer.close()
+    assert calls == [True]
+    trainer.parallel.owns_group = True
+    with pytest.raises(RuntimeError, match="boom"), trainer:
+        raise RuntimeError("boom")
+    assert calls == [True] and trainer.parallel.owns_group

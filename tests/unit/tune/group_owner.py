@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from gpudoctor.core.dist import destroy_distributed
 from gpudoctor.tune.session import TuneOptions, tune
 
 
@@ -19,7 +20,7 @@ def main() -> None:
     total = torch.ones(1)
     dist.all_reduce(total)  # still usable
     print(f"GROUP_KEPT rank={dist.get_rank()} sum={int(total.item())}", flush=True)
-    dist.destroy_process_group()
+    destroy_distributed()  # the script's own end: a barrier, then destroy (PyTorch issue 190489)
 
 
 if __name__ == "__main__":
