@@ -141,7 +141,8 @@ def wait_for_idle_threads(timeout_s: float = 0.5, poll_s: float = 0.001) -> bool
     idle_looks = 0
     while time.monotonic() < deadline:
         time.sleep(poll_s)  # frees the GIL
-        idle_looks = idle_looks + 1 if not any(_running(tasks, tid) for tid in os.listdir(tasks) if tid != me) else 0
+        busy = any(_running(tasks, tid) for tid in os.listdir(tasks) if tid != me)
+        idle_looks = 0 if busy else idle_looks + 1
         if idle_looks == 2:
             return True
     return False

@@ -99,8 +99,9 @@ class Trainer:
         self.observers = list(observers)
 
     def close(self) -> None:
-        """Leave the process group this trainer joined: a barrier, then ``destroy_process_group``
-        (a group the caller made is left alone; nothing to do for one process). Idempotent."""
+        """Leave the process group this trainer joined: a barrier, ``destroy_process_group`` and,
+        under gloo, a wait for its threads (a group the caller made is left alone; nothing to do
+        for one process). Idempotent."""
         self.parallel.close()
 
     def __enter__(self) -> Trainer:

@@ -47,12 +47,12 @@ class Parallel:
         self.owns_group = env.is_distributed and not (dist.is_available() and dist.is_initialized())
         init_distributed(env, device, timeout_s=config.timeout_s)  # set_device first, then the group
 
-    def close(self, *, synchronize: bool = True) -> None:
+    def close(self) -> None:
         """Leave the process group if this object joined it (a group the caller made is the caller's
-        to end). ``synchronize``: meet the other ranks at a barrier first (see ``destroy_distributed``)."""
+        to end), the way ``destroy_distributed`` does: barrier, destroy, and under gloo an idle wait."""
         if self.owns_group:
             self.owns_group = False
-            destroy_distributed(synchronize=synchronize)
+            destroy_distributed()
 
     @property
     def world_size(self) -> int:
