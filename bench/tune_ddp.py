@@ -163,7 +163,7 @@ def main_ddp(args: argparse.Namespace) -> int:
         if knob.params.get("parallel.bucket_cap_mb") is not None:
             check = ab_check(t, knob.params["parallel.bucket_cap_mb"], rounds=args.rounds,
                              warmup=args.warmup, steps=args.check_steps, device=device)
-            picked = knob.params.get("parallel.comm_hook", "none")
+            picked = knob.params["parallel.comm_hook"]  # the engine field tune ddp writes
             check["picked"] = picked
             check["picked_over_fastest"] = check["arms"][picked]["over_fastest"]
             check["tolerance"] = tolerance

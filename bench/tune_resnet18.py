@@ -334,7 +334,7 @@ def main_single(args: argparse.Namespace) -> int:
     reduced = [] if args.compile else [
         "torch.compile trial left out (TuneOptions(compile=False), the CLI's --no-compile): when compile wins, "
         "the knee check, every loader trial, the epochs with evaluation and the tuned run each compile again, "
-        "a cascade this one-call job (430 s) cannot absorb; rerun with --compile (job: TUNE_COMPILE=1) and a "
+        "a cascade one device call cannot always absorb; rerun with --compile (job: TUNE_COMPILE=1) and a "
         "larger budget to include it"]
     report: dict = {"command": command_line(), "env": env_facts(), "setup": setup_facts(), "budget_s": args.budget_s,
                     "order": ["tune all", "epochs with eval at the found batch", "tuned vs defaults", "true limit"],

@@ -27,7 +27,7 @@ for i in $(seq 1 "$N"); do
   rc=$?
   if [ $rc -ne 0 ]; then
     failed=$((failed + 1))
-    echo "run $i: exit $rc ($(grep -m1 -o 'terminate called[^\n]*' "$run/log" || echo 'see log')) -> $run/log"
+    echo "run $i: exit $rc ($(grep -m1 -o 'terminate called.*' "$run/log" || echo 'see log')) -> $run/log"
   else
     rm -rf "$run"
   fi

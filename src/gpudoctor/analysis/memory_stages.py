@@ -19,7 +19,6 @@ from gpudoctor.records.finding import Finding
 from gpudoctor.records.memory import StageMemory
 from gpudoctor.records.rundir import RunData
 
-STAGE_ORDER = ("model", "batch", "forward", "backward", "optimizer")
 WHAT = {
     "model": "weights, start-up",
     "batch": "+ the batch",
@@ -176,9 +175,15 @@ def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None) -> Me
     if not stages:
         notes.append("no memory stages recorded: the CUDA allocator keeps no statistics on the CPU; "
                      "memory stages need a CUDA GPU")
+    # The stage probes reset the peak at every stage, so a probed step's own record only holds the
+    # peak since its last stage: its real peak is the larger of that and its stages' peaks.
+    stage_peak: dict[int, int] = {}
+    for st in stages:
+        if st.stage != "model":
+            stage_peak[st.step] = max(stage_peak.get(st.step, 0), st.peak_allocated_bytes)
     curve = tuple(CurvePoint(step=s.step, allocated_bytes=s.mem.allocated_bytes,
                              reserved_bytes=s.mem.reserved_bytes,
-                             peak_allocated_bytes=s.mem.peak_allocated_bytes)
+                             peak_allocated_bytes=max(s.mem.peak_allocated_bytes, stage_peak.get(s.step, 0)))
                   for s in steps if s.mem is not None)
     findings: list[Finding] = []
     if steps:

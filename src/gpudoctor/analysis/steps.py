@@ -62,16 +62,19 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
     """The steps after warm-up: drop ``warmup_steps`` or ``warmup_frac`` of them, whichever is more,
     and the steps ``exclude`` (first, last inclusive: the profiler window, which slows them).
 
-    Keeps at least ``min_steps`` (the last ones) when the run is short, so a 6-step run still
-    says something, and all steps when there are fewer than that.
+    Keeps at least ``min_steps`` (the last ones, outside the window when there are enough of
+    those) when the run is short, so a 6-step run still says something, and all steps when there
+    are fewer than that.
     """
     ordered = sorted(steps, key=lambda s: s.step)
     drop = max(thresholds.warmup_steps, math.ceil(thresholds.warmup_frac * len(ordered)))
-    kept = ordered[drop:]
-    if exclude is not None:
-        kept = [s for s in kept if not exclude[0] <= s.step <= exclude[1]]
+    def unprofiled(part: list[StepRecord]) -> list[StepRecord]:
+        return part if exclude is None else [s for s in part if not exclude[0] <= s.step <= exclude[1]]
+
+    kept = unprofiled(ordered[drop:])
     if len(kept) < thresholds.min_steps:
-        kept = ordered[-thresholds.min_steps:]
+        outside = unprofiled(ordered)
+        kept = (outside if len(outside) >= thresholds.min_steps else ordered)[-thresholds.min_steps:]
     return kept
 
 

@@ -253,7 +253,7 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     run_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if not spec.profile:
-        notes.append("profiler window off (memory mode)" if spec.memory_stages else "profiler window off (--no-profile)")
+        notes.append("profiler window off (memory mode)" if spec.memory_stages else "profiler window off")
     if os.environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"):
         notes.append(
             "CUDA_LAUNCH_BLOCKING is set: every kernel launch waits for the GPU, so step times "

@@ -98,7 +98,7 @@ class Window:
                 rank=self.rank, first_step=self.first_step, last_step=self.last_step,
                 wall_ms=self.wall_ms, gpu_busy_ms=None, gpu_busy_frac=None, note=self.note,
             )
-        events = list(_kineto_events(self.profiler))
+        events = _kineto_events(self.profiler)
         if trace_path is not None:
             try:
                 self.profiler.export_chrome_trace(str(trace_path))

@@ -78,23 +78,25 @@ def dist_env(environ: dict[str, str] | None = None) -> DistEnv:
 
 def init_distributed(
     env: DistEnv, device: torch.device, *, timeout_s: float = 600.0, backend: str | None = None
-) -> None:
+) -> bool:
     """Join the process group torchrun prepared, binding this rank's GPU first.
 
     Order matters (seed 002 §3.4): ``torch.cuda.set_device`` before ``init_process_group``,
     and ``device_id`` passed so NCCL creates its communicator on the right GPU eagerly.
-    Does nothing for a single process or when the group already exists.
+    Does nothing for a single process or when the group already exists. Returns whether it
+    created the group (its creator is the one to end it: :func:`destroy_distributed`).
     """
     import torch
     import torch.distributed as dist
 
     if not env.is_distributed or dist.is_initialized():
-        return
+        return False
     kwargs: dict = {"timeout": datetime.timedelta(seconds=timeout_s)}
     if device.type == "cuda":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device
     dist.init_process_group(backend=backend or ("nccl" if device.type == "cuda" else "gloo"), **kwargs)
+    return True
 
 
 def destroy_distributed(*, synchronize: bool = True) -> None:

@@ -46,10 +46,6 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def _signed(n: int | None) -> str:
-    return "" if n is None else ("+" if n >= 0 else "−") + human_bytes(abs(n))
-
-
 def config_rows(run: RunData) -> list[tuple[str, list[str]]]:
     """(setting, value per rank) rows of the ranks' configuration, loaders last."""
     ranks = sorted(run.configs)
@@ -77,11 +73,11 @@ def build_figures(run: RunData) -> dict[str, object]:
         if any(v is not None for s in series for v in s.power_w):
             figures["gpu_power"] = charts.gpu_chart(series, "power_w", "GPU power", "W")
     ranks = [r for r in sorted(run.steps) if run.steps[r]]
+    breakdowns = {r: timeline.step_breakdown(r, run.steps[r]) for r in ranks}
+    memories = {r: timeline.memory_series(r, run.steps[r]) for r in ranks}
     if len(ranks) > MAX_RANK_CHARTS:
-        breakdowns = {r: timeline.step_breakdown(r, run.steps[r]) for r in ranks}
         figures["steps_ranks"] = charts.rank_overlay_chart(
             {r: (b.step, b.step_ms) for r, b in breakdowns.items()}, "Step time per rank", "ms")
-        memories = {r: timeline.memory_series(r, run.steps[r]) for r in ranks}
         if any(m.step for m in memories.values()):
             figures["memory_ranks"] = charts.rank_overlay_chart(
                 {r: (m.step, m.allocated_gib) for r, m in memories.items() if m.step},
@@ -89,11 +85,9 @@ def build_figures(run: RunData) -> dict[str, object]:
         slowest = timeline.slowest_rank({r: b.step_ms for r, b in breakdowns.items()})
         ranks = sorted({ranks[0], slowest})
     for rank in ranks:
-        steps = run.steps[rank]
-        figures[f"steps_rank{rank}"] = charts.step_chart(timeline.step_breakdown(rank, steps))
-        mem = timeline.memory_series(rank, steps)
-        if mem.step:
-            figures[f"memory_rank{rank}"] = charts.memory_chart(mem)
+        figures[f"steps_rank{rank}"] = charts.step_chart(breakdowns[rank])
+        if memories[rank].step:
+            figures[f"memory_rank{rank}"] = charts.memory_chart(memories[rank])
     return figures
 
 
@@ -116,12 +110,11 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     ranked = rank_findings(list(findings))
     memory = None
     if run.memory:  # `gpudoctor memory run`: the stage table and, after an OOM, the top sites
-        from gpudoctor.analysis.memory_stages import analyse_memory_run, what_it_holds
+        from gpudoctor.analysis.memory_stages import analyse_memory_run
+        from gpudoctor.report.memory_view import stage_cells
 
         memory = analyse_memory_run(run)
-        memory_rows = [("-" if r.stage == "model" else str(r.step), r.stage, human_bytes(r.allocated_bytes),
-                        _signed(r.delta_bytes), human_bytes(r.reserved_bytes),
-                        human_bytes(r.peak_allocated_bytes), what_it_holds(r.stage, r.step)) for r in memory.rows]
+        memory_rows = [stage_cells(r) for r in memory.rows]
         oom_rows = [(s.site, human_bytes(s.bytes), f"{s.share:.0%}") for s in memory.oom_sites]
     else:
         memory_rows, oom_rows = [], []

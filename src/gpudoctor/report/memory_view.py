@@ -64,13 +64,22 @@ def _signed(n: int) -> str:
     return ("+" if n > 0 else "") + fmt_bytes(n) if n else "0 B"
 
 
+def stage_cells(row) -> tuple[str, ...]:
+    """One row of the stage table as text: step, stage, allocated, change, reserved, peak, what
+    it holds (the terminal table and the HTML report show the same cells)."""
+    from gpudoctor.analysis.memory_stages import what_it_holds
+
+    return ("-" if row.stage == "model" else str(row.step), row.stage, fmt_bytes(row.allocated_bytes),
+            _signed(row.delta_bytes), fmt_bytes(row.reserved_bytes), fmt_bytes(row.peak_allocated_bytes),
+            what_it_holds(row.stage, row.step))
+
+
 def _part(n: int | None) -> str:
     return "not seen" if n is None else fmt_bytes(n)
 
 
 def render_memory_run(report, run_dir: str = ""):
     """The stage table, the parts, the per-step curve, fit, findings and the OOM sites."""
-    from gpudoctor.analysis.memory_stages import what_it_holds
     from gpudoctor.report.findings_view import finding_block
 
     items: list = []
@@ -82,10 +91,7 @@ def render_memory_run(report, run_dir: str = ""):
                               ("what it holds", "left")):
             stages.add_column(name, justify=justify)
         for r in report.rows:
-            stages.add_row("-" if r.stage == "model" else str(r.step), r.stage,
-                           fmt_bytes(r.allocated_bytes), _signed(r.delta_bytes),
-                           fmt_bytes(r.reserved_bytes), fmt_bytes(r.peak_allocated_bytes),
-                           what_it_holds(r.stage, r.step))
+            stages.add_row(*stage_cells(r))
         items.append(stages)
     p = report.parts
     if p is not None:

@@ -47,9 +47,9 @@ def render_summary(run: RunData, *, full: bool = True):
         lines.append(Text("error:\n" + "\n".join(m.error.splitlines()[-8:])))
     for note in m.notes:
         lines.append(Text(f"note: {note}"))
-    stats = run_stats(run)
     if not full:
         return Group(*lines)
+    stats = run_stats(run)
     if not stats:
         lines.append(Text("no optimizer steps were recorded"))
         return Group(*lines)

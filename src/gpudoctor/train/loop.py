@@ -361,7 +361,7 @@ class Trainer:
         """
         raw = unwrap(self.model)
         size = batch_size_of(batch) or 1
-        piece = split_batch(batch, max(1, size // FLOP_SAMPLES))[0]
+        piece = split_batch(batch, -(-size // FLOP_SAMPLES))[0]  # ceil: chunks of at most FLOP_SAMPLES
         inputs, target = self.unpack(piece)
         if self.channels_last:
             inputs = to_channels_last(inputs)
@@ -383,7 +383,6 @@ class Trainer:
             for k, v in raw.named_buffers():
                 v.copy_(buffers[k])
         return flops
-
 
     def _scale_lr(self, factor: float) -> None:
         if factor == 1.0:

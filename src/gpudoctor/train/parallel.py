@@ -44,8 +44,8 @@ class Parallel:
         self.env = env
         self.device = device
         self.strategy = resolve_strategy(config, env)
-        self.owns_group = env.is_distributed and not (dist.is_available() and dist.is_initialized())
-        init_distributed(env, device, timeout_s=config.timeout_s)  # set_device first, then the group
+        # set_device first, then the group; a group the caller made is the caller's to end
+        self.owns_group = init_distributed(env, device, timeout_s=config.timeout_s)
 
     def close(self) -> None:
         """Leave the process group if this object joined it (a group the caller made is the caller's

@@ -105,7 +105,7 @@ def _capacity(ctx: TuneContext) -> float | None:
 
 
 def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tuple[int, float]],
-            notes: list[str] | None = None):
+            notes: list[str]):
     """Run the boundary search with one trial per probe; ``points`` gets (size, samples/s)."""
     knob = "batch" if mode == "train" else "eval_batch"
     # Memory needs three real steps: the first runs cuDNN's algorithm search for the new shape and
@@ -132,7 +132,7 @@ def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tupl
     def predict(lo: int, hi: int) -> int | None:
         capacity = _capacity(ctx)
         guess = linear_limit(memory, capacity) if capacity else None
-        if guess is not None and notes is not None:
+        if guess is not None:
             where = "inside" if lo < guess < hi else "outside"
             notes.append(f"{mode}: peak memory of the probes that fit puts the limit near {guess} ({where} the "
                          f"bracket {lo}..{hi}); narrowed around it")

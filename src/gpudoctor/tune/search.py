@@ -168,8 +168,9 @@ def linear_limit(points: Sequence[tuple[int, float]], capacity: float) -> int | 
     """The largest size whose memory stays under ``capacity``, from measured ``(size, bytes)``
     points: the memory model's line (:mod:`gpudoctor.analysis.memory_model`) through the largest
     size and the largest one at most 3/4 of it (the fixed part of the memory, weights and
-    workspaces, drops out of the slope; points too close together would amplify noise). ``None`` when the points cannot say (fewer than two usable,
-    memory not growing with the size, or already over ``capacity``).
+    workspaces, drops out of the slope; points too close together would amplify noise). ``None``
+    when the points cannot say (fewer than two usable, memory not growing with the size, or
+    already over ``capacity``).
     """
     usable = sorted({s: m for s, m in points if s > 0 and m is not None and m > 0}.items())
     if len(usable) < 2 or capacity <= 0:

@@ -110,8 +110,8 @@ class TuneContext:
 
         cfg = config or self.config
         cfg = cfg.replace(
-            robust=RobustConfig(oom_recover=False, oom_snapshot="off", nonfinite=cfg.robust.nonfinite if cfg.robust.nonfinite != "skip"
-                                else "stop"),
+            robust=RobustConfig(oom_recover=False, oom_snapshot="off",
+                                nonfinite="stop" if cfg.robust.nonfinite == "skip" else cfg.robust.nonfinite),
             checkpoint=CheckpointConfig(),
             log=LogConfig(progress_bar=False, every_steps=10_000, flops_per_sample=self.flops_per_sample),
             parallel=dataclasses.replace(cfg.parallel, strategy=strategy),
@@ -196,12 +196,6 @@ def _count_flops(target: TuneTarget, runner: TrialRunner) -> float | None:
         return None
 
 
-def _group_exists() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
 def _device_name(device: Any) -> str:
     if device.type == "cuda":
         import torch
@@ -224,8 +218,8 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
     target = target or load_target(target_ref)
     env = dist_env()
     device = select_device(target.config.device, env)
-    owns_group = env.world_size > 1 and not _group_exists()  # a caller's group is the caller's to end
-    init_distributed(env, device)  # under torchrun: join the group once, before any trial
+    # under torchrun: join the group once, before any trial (a caller's group is the caller's to end)
+    owns_group = init_distributed(env, device)
     isolation = "inline" if env.world_size > 1 and options.isolation == "auto" else options.isolation
     runner = TrialRunner(target, target_ref, isolation=isolation)
     ctx = TuneContext(target, runner, options, device=device, rank=env.rank, world_size=env.world_size)

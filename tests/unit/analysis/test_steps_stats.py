@@ -96,3 +96,11 @@ def test_gpu_summary(build):
 def test_thresholds_validate(kw, match):
     with pytest.raises(ValueError, match=match):
         Thresholds(**kw)
+
+
+def test_a_short_run_is_measured_outside_the_profiler_window(build):
+    """10 steps with the window on the last five: the statistics come from the last unprofiled
+    steps, not from profiled ones (which run slower)."""
+    th = Thresholds()
+    assert [s.step for s in steady_steps(build.steps(n=10), th, exclude=(5, 9))] == [2, 3, 4]
+    assert [s.step for s in steady_steps(build.steps(n=4), th, exclude=(1, 3))] == [1, 2, 3]  # too few outside

@@ -109,3 +109,15 @@ def test_rendered_memory_run_golden(golden) -> None:
 
 def test_rendered_oom_golden(golden) -> None:
     golden("memory/memory_run_oom.txt", _render(analyse_memory_run(d.run_data(oom=d.oom()))))
+
+
+def test_a_probed_step_keeps_its_real_peak_on_the_curve() -> None:
+    """The stage probes reset the peak at every stage, so a probed step's own record only holds the
+    peak since its optimizer stage; the curve takes the larger of that and its stages' peaks."""
+    import dataclasses
+
+    steps = d.steps()
+    steps[0] = dataclasses.replace(steps[0], mem=dataclasses.replace(steps[0].mem, peak_allocated_bytes=420 * MIB))
+    report = analyse_memory_run(d.run_data(steps={0: steps}))
+    assert report.curve[0].peak_allocated_bytes == 650 * MIB  # the backward stage of step 0
+    assert report.curve[2].peak_allocated_bytes == 850 * MIB  # not probed: its own record

@@ -7,7 +7,7 @@
 #   `tune all` may start trials for TUNE_ALL_S (210 s), then two epochs + eval at the found batch,
 #   tuned vs defaults, and the true limit (1% resolution) get the rest, in that order.
 # Knobs:  TUNE_JOB_S, TUNE_TEST_S, TUNE_ALL_S; TUNE_COMPILE=1 includes the torch.compile trial in tune all
-#   (its cost and what it sets off were never measured here: give it TUNE_JOB_S=560 and run_all 570).
+#   (measured with TUNE_JOB_S=390 TUNE_ALL_S=200 and run_all 400: bench/results/tune-resnet18-h200.json).
 #   Dry run on a CPU: TUNE_BENCH_SMOKE=1 (tiny CNN with a simulated memory limit; figures mean nothing).
 # Writes to $JOB_OUT:
 #   tune-resnet18-h200.json   the bars, every trial, the exact command -> commit as bench/results/tune-resnet18-h200.json

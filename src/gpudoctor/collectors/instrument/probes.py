@@ -76,7 +76,7 @@ def install() -> None:
 
     import torch.optim.optimizer as optim_mod
 
-    memory_stages = _env_int(ENV_MEMORY_STAGES, 0) if os.environ.get(ENV_MEMORY_STAGES) else 0
+    memory_stages = _env_int(ENV_MEMORY_STAGES, 0)  # unset or empty: 0
     if memory_stages > 0:
         from gpudoctor.collectors.instrument import memory_probe
 
