@@ -18,6 +18,7 @@ from gpudoctor.analysis import (
     numerics_rules,
     run_rules,
     sync_rules,
+    tail_rules,
     transfer_rules,
 )
 from gpudoctor.analysis.facts import RunFacts, run_facts
@@ -34,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     sync_rules.check_host_sync,
     compute_rules.check_launch_bound,
     compute_rules.check_fp32_compute,
+    tail_rules.check_periodic_stalls,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
     memory_rules.check_headroom,

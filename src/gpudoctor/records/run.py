@@ -115,9 +115,11 @@ class WindowSummary:
     rank: int
     first_step: int
     last_step: int
-    wall_ms: float  # host wall time of the window
+    wall_ms: float  # host wall time of the window (start to stop of the profiler)
     gpu_busy_ms: float | None  # union of kernel/memcpy intervals on the GPU
-    gpu_busy_frac: float | None  # gpu_busy_ms / wall_ms
+    # gpu_busy_ms over the window's span on the GPU timeline (recordings before gpudoctor 0.2:
+    # over wall_ms, clipped to 1.0). Analysis reads gpu_busy_ms, not this.
+    gpu_busy_frac: float | None
     kernel_count: int = 0
     kernel_us_p50: float | None = None
     kernel_us_p90: float | None = None
@@ -134,6 +136,11 @@ class WindowSummary:
     gloo_ms: float = 0.0
     launch_count: int = 0  # cudaLaunchKernel (+ variants) calls
     note: str = ""  # why some figure is missing
+    # Added in gpudoctor 0.2 (None in older recordings): the GPU timeline of the window.
+    gpu_span_ms: float | None = None  # first device event start to last device event end
+    kernel_ms: float | None = None  # union of compute kernels (not NCCL, not copies)
+    memcpy_ms: float | None = None  # union of copies not overlapped by any kernel
+    flops: float | None = None  # matmul/conv FLOPs of the window (profiler with_flops)
 
 
 @record
