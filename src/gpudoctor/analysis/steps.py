@@ -80,8 +80,8 @@ class Tail:
         excess_ms: their time beyond the median step, summed.
         excess_share: ``excess_ms`` over the total time of the steady steps: what the run loses.
         period: median distance between consecutive slow steps (``None`` with fewer than two).
-        regular: the distances vary by at most a quarter of their mean (a stall every N steps),
-            not scattered as scheduling noise on a busy host is.
+        regular: three or more slow steps whose distances vary by at most a quarter of their
+            mean (a stall every N steps), not scattered as scheduling noise on a busy host is.
         extra_data_wait_ms: mean data wait of the slow steps minus the median data wait.
         extra_syncs: mean host syncs of the slow steps minus the median count.
         p90_step_ms: 90th percentile of the steady steps' time.
@@ -110,7 +110,7 @@ def _tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs: flo
         excess_ms=excess,
         excess_share=excess / total if total > 0 else 0.0,
         period=median(gaps),
-        regular=len(gaps) >= 1 and (len(gaps) == 1 or statistics.pstdev(gaps) <= 0.25 * statistics.fmean(gaps)),
+        regular=len(gaps) >= 2 and statistics.pstdev(gaps) <= 0.25 * statistics.fmean(gaps),
         extra_data_wait_ms=(sum(s.data_wait_ms for s in slow) / len(slow) - wait_ms) if slow else 0.0,
         extra_syncs=(sum(s.host_syncs for s in slow) / len(slow) - syncs) if slow else 0.0,
         p90_step_ms=p90,

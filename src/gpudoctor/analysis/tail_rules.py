@@ -8,7 +8,9 @@ on every rank and names the worst.
 
 from __future__ import annotations
 
-from gpudoctor.analysis.facts import RankFacts, RunFacts
+import math
+
+from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
 from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding
@@ -22,14 +24,47 @@ def check_periodic_stalls(facts: RunFacts, th: Thresholds) -> list[Finding]:
     Expected gain = the slow steps' time beyond the median step, as a share of the run's time:
     what the run saves if those steps took a typical step's time.
     """
-    return worst_rank(facts.ranks, lambda rf: _stalls(rf, th), lambda rf: rf.rank)
+    return worst_rank(facts.ranks, lambda rf: _stalls(rf, th, facts.world_size), lambda rf: rf.rank)
 
 
-def _cause(rf: RankFacts, th: Thresholds) -> tuple[str, str, str]:
+def _epoch_steps(rf: RankFacts, world: int) -> int | None:
+    """Optimizer steps per epoch of the loader the loop iterates, when its length is known."""
+    loader = main_loader(rf.config)
+    if loader is None or not loader.dataset_len or not loader.batch_size:
+        return None
+    per_rank = loader.dataset_len / max(1, world) if loader.sampler == "DistributedSampler" else loader.dataset_len
+    steps = per_rank / loader.batch_size
+    return int(steps) if loader.drop_last else math.ceil(steps)
+
+
+def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
     """(what, evidence, fix) for the slow steps of ``rf``: the loader, syncs, or other host work."""
     tail = rf.stats.tail
     assert tail is not None
     extra = tail.excess_ms / len(tail.slow_steps)
+    loader = main_loader(rf.config)
+    epoch = _epoch_steps(rf, world)
+    at_epochs = bool(epoch and tail.period and abs(tail.period - epoch) <= 1)
+    if tail.extra_data_wait_ms >= 0.5 * extra and at_epochs and loader is not None:
+        restart = loader.num_workers > 0 and not loader.persistent_workers
+        evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} "
+                    f"samples / batch {loader.batch_size}); data wait {ms(tail.extra_data_wait_ms)} "
+                    f"above the median; num_workers={loader.num_workers}, "
+                    f"persistent_workers={loader.persistent_workers}")
+        if restart:
+            return ("waits for the DataLoader's workers to restart at the start of an epoch",
+                    evidence,
+                    f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
+                    f"{loader.num_workers},\n"
+                    "                    persistent_workers=True)   # keep the workers between epochs")
+        return ("waits for the first batch of an epoch",
+                evidence + ": the DataLoader does not prefetch across epochs, so each epoch "
+                           "begins with an empty queue",
+                "# the stall is one batch's preparation time: make a batch cheaper to produce\n"
+                "#  - in-memory tensors: index whole batches (a BatchSampler as sampler, batch_size=None)\n"
+                "#    instead of collating samples one by one, or keep the data on the GPU\n"
+                "#    (gpudoctor.train.GpuLoader)\n"
+                "#  - or fewer, longer epochs (a sampler that spans several passes)")
     if tail.extra_data_wait_ms >= 0.5 * extra:
         return (
             "waits for the DataLoader",
@@ -58,7 +93,7 @@ def _cause(rf: RankFacts, th: Thresholds) -> tuple[str, str, str]:
     )
 
 
-def _stalls(rf: RankFacts, th: Thresholds) -> list[Finding]:
+def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
     tail = rf.stats.tail
     if tail is None or len(tail.slow_steps) < 2 or tail.excess_share < th.tail_min_excess:
         return []
@@ -67,7 +102,7 @@ def _stalls(rf: RankFacts, th: Thresholds) -> list[Finding]:
     idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else None
     if idle is not None and idle < th.tail_min_excess:
         return []  # the GPU stayed busy through the slow host steps: queued work hid them
-    what, cause_line, fix = _cause(rf, th)
+    what, cause_line, fix = _cause(rf, th, world)
     if not tail.regular and what == "does extra host work":
         return []  # scattered slow steps with no cause in the records: scheduling noise
     every = f"every ~{tail.period:.0f} steps" if tail.period and tail.regular else "repeatedly"

@@ -71,9 +71,10 @@ class Thresholds:
             be told from that. It is what fired on a 12-step, 2-rank gloo run on 2 busy CPU
             cores (rank 0 4.67 ms, rank 1 3.01 ms per step): 1.7 ms of scheduling noise.
         tail_slow_factor: a steady step longer than this many median steps is a slow step. 1.5:
-            step-to-step jitter on a busy host stays within about +-20% (the H200 recordings'
-            p90 over median: 1.01-1.21), so 1.5 is well outside it, while a loader that stalls
-            for half a step every N steps still counts.
+            in the H200 recordings of workloads without stalls the 90th percentile step is
+            1.01-1.24 medians (tests/fixtures/runs: basic_user, item_every_step, pageable_copies,
+            tiny_batch, ...), so 1.5 is outside that jitter, while a loader that stalls for half
+            a step every N steps still counts.
         tail_max_slow_frac: at most this share of the steady steps may be slow for them to be
             stalls: with more, the step time is bimodal, not stalling (a GPU-bound host alternates
             between a full and a draining launch queue: the H200 ``clean`` recording has 3.5 ms
