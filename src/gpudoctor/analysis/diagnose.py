@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from gpudoctor.analysis import (
     compute_rules,
+    conv_rules,
     distributed_rules,
     input_rules,
     memory_rules,
@@ -35,6 +36,8 @@ RULES: tuple[Rule, ...] = (
     sync_rules.check_host_sync,
     compute_rules.check_launch_bound,
     compute_rules.check_fp32_compute,
+    conv_rules.check_channels_last,
+    conv_rules.check_cudnn_benchmark,
     tail_rules.check_periodic_stalls,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,

@@ -130,3 +130,30 @@ def test_slow_steps_hidden_by_a_busy_gpu_are_not_stalls(build):
     run = build.run(steps_by_rank={0: _stall_steps(build, 10, 100.0, wait=False)},
                     windows={0: build.window(gpu_busy_ms=260.0)})  # busy through them
     assert "GD-RUN-PERIODIC-STALL" not in by_code(diagnose(run))
+
+
+def _kernel(name: str, ms_per_step: float) -> OpStat:
+    return OpStat(name=name, count=5, total_us=ms_per_step * 5 * 1000, kind="kernel")
+
+
+def test_layout_conversions_of_a_conv_net_are_the_channels_last_gain(build):
+    kernels = (_kernel("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", 20.0),
+               _kernel("void cudnn::engines_precompiled::nchwToNhwcKernel<float>", 6.0),
+               _kernel("void cudnn::engines_precompiled::nhwcToNchwKernel<float>", 2.0))
+    run = build.run(configs={0: build.config(channels_last=False, cudnn_benchmark=False)},
+                    windows={0: build.window(top_kernels=kernels)})
+    found = by_code(diagnose(run))
+    # under bf16 autocast too: 8 ms of conversions per 40 ms step
+    assert found["GD-RUN-CHANNELS-LAST"].expected_gain == 0.2
+    assert "memory_format=torch.channels_last" in found["GD-RUN-CHANNELS-LAST"].fix
+    assert found["GD-RUN-CUDNN-BENCHMARK"].severity is Severity.INFO
+
+
+def test_channels_last_nets_and_non_conv_nets_get_no_layout_finding(build):
+    kernels = (_kernel("nvjet_sm90_tst_128x256_64x4", 30.0),)
+    mlp = build.run(configs={0: build.config(channels_last=None, cudnn_benchmark=False)},
+                    windows={0: build.window(top_kernels=kernels)})
+    assert not {"GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK"} & set(by_code(diagnose(mlp)))
+    conv = (_kernel("sm90_xmma_fprop_implicit_gemm_f32", 20.0), _kernel("nchwToNhwcKernel", 6.0))
+    done = build.run(windows={0: build.window(top_kernels=conv)})  # channels_last, benchmark on
+    assert not {"GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK"} & set(by_code(diagnose(done)))
