@@ -71,8 +71,9 @@ class RankFacts:
     def sync_cost_share(self) -> float | None:
         """What synchronising calls cost per step, at least: without them the host would queue
         work ahead and the step would take max(host work, GPU busy) instead of their serial
-        sum, so the saving is ``step - max(host work, GPU busy)`` over the step (a lower bound,
-        since :func:`host_active_ms` is an upper one). ``None`` without a GPU timeline."""
+        sum, so the saving is ``step - max(host work, GPU busy)`` over the step (with the blocked
+        time measured per step; a lower bound on older recordings, see :func:`host_active_ms`).
+        ``None`` without a GPU timeline."""
         host = host_active_ms(self.stats, self.window)
         busy = self.breakdown.gpu_busy_ms
         step = self.breakdown.step_ms

@@ -142,6 +142,8 @@ class RankStepStats:
             when a step's batch size is unknown). ``throughput`` is their ratio.
         mean_data_wait_ms, mean_h2d_ms: the means of the data wait and of the copy issue time
             (the breakdown of the mean step uses them).
+        mean_sync_ms: the mean host time blocked in synchronising calls (``None`` in older
+            recordings).
         tail: the slow steps the median hides.
     """
 
@@ -173,6 +175,7 @@ class RankStepStats:
     total_samples: int | None = None
     mean_data_wait_ms: float = 0.0
     mean_h2d_ms: float | None = None
+    mean_sync_ms: float | None = None
     tail: Tail | None = None
 
     def share(self, ms: float | None) -> float:
@@ -280,6 +283,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         total_samples=sum(samples) if all(n is not None for n in samples) else None,  # type: ignore[arg-type]
         mean_data_wait_ms=sum(s.data_wait_ms for s in used) / len(used),
         mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
+        mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
         tail=_tail(used, step_ms, wait_ms, syncs, thresholds),
     )
 

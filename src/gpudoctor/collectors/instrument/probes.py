@@ -192,6 +192,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "h2d_copies": S.h2d_copies,
             "h2d_blocking_copies": S.h2d_blocking,
             "host_syncs": S.syncs,
+            "sync_ms": S.sync_s * 1000.0,
             "samples": S.samples,
             "tokens": S.tokens,
             "micro_steps": max(S.backwards, 1),

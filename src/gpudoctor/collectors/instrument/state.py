@@ -59,6 +59,7 @@ class State:
         self.h2d_copies = 0
         self.h2d_blocking = 0
         self.syncs = 0
+        self.sync_s = 0.0
         self.samples: int | None = None
         self.tokens: int | None = None
         self.backwards = 0
