@@ -203,15 +203,20 @@ class LogConfig:
         progress_bar: show a rich progress bar on rank 0.
         flops_per_sample: forward+backward FLOPs of one sample; ``None``: counted once on the
             GPU with ``FlopCounterMode`` (MFU is reported only where the GPU's peak is known).
+        warmup_steps: the first optimizer steps of each ``fit`` (compilation, cuDNN autotuning,
+            loader workers starting) are start-up: throughput and MFU are measured over the
+            steps after them, and the start-up time is reported on its own line.
     """
 
     every_steps: int = 50
     progress_bar: bool = True
     flops_per_sample: float | None = None
+    warmup_steps: int = 3
 
     def __post_init__(self) -> None:
         _positive("log.every_steps", self.every_steps)
         _positive("log.flops_per_sample", self.flops_per_sample, allow_none=True)
+        _positive("log.warmup_steps", self.warmup_steps)
 
 
 @dataclasses.dataclass(**_FROZEN)
