@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import pickle
 import random
 import re
 import secrets
@@ -191,9 +190,6 @@ def load(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]
     return torch.load(path, map_location=device, weights_only=True)
 
 
-UNREADABLE = (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError, KeyError, AttributeError)
-
-
 def load_newest(folder: str | Path, device: torch.device | str = "cpu") -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint in ``folder`` that reads, as ``(path, state)``; ``None`` if none does.
 
@@ -207,7 +203,7 @@ def load_newest(folder: str | Path, device: torch.device | str = "cpu") -> tuple
             state = load(path, device)
         except FileNotFoundError:
             continue  # another rank moved it aside a moment ago
-        except UNREADABLE as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever torch.load raises, the file does not load
             aside = path.with_name(path.name + ".corrupt")
             try:
                 os.replace(path, aside)
