@@ -39,8 +39,8 @@ from gpudoctor.train.config import TrainConfig
 from gpudoctor.train.data import batch_size_of, move_to_device, split_batch
 from gpudoctor.train.metrics import count_flops
 from gpudoctor.train.parallel import Parallel, unwrap
-from gpudoctor.train.perf import (apply_activation_checkpointing, configure_backends, resolve_channels_last,
-                                  to_channels_last)
+from gpudoctor.train.perf import (apply_activation_checkpointing, configure_backends, maybe_compile,
+                                  resolve_channels_last, to_channels_last)
 from gpudoctor.train.precision import Precision
 
 FLOP_SAMPLES = 8  # samples the one-off FLOP count runs on
@@ -124,8 +124,7 @@ class Engine:
                 loss = loss_fn(module(inputs), target)
             return loss.float()  # a scalar: the cast costs nothing
 
-        perf = self.config.perf
-        return torch.compile(forward_loss, mode=perf.compile_mode) if perf.compile else forward_loss
+        return maybe_compile(forward_loss, self.config.perf)
 
     def no_sync(self, *, last_micro_step: bool) -> contextlib.AbstractContextManager:
         """Around one micro-step's forward *and* backward: gradients are reduced across ranks only
