@@ -17,7 +17,7 @@ from types import ModuleType
 
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.lint.config import LintConfig
-from gpudoctor.lint.fileio import SourceFile, encode, is_regular, read_source, write_atomic
+from gpudoctor.lint.fileio import SourceFile, decode, encode, is_regular, read_source, write_atomic
 from gpudoctor.lint.project import torch_floor
 from gpudoctor.lint.registry import select_rules
 from gpudoctor.lint.shell import lint_shell
@@ -156,6 +156,51 @@ class LintRun:
     report: LintReport
     diffs: list[str] = field(default_factory=list)
     files_fixed: int = 0
+    stdout: str | None = None  # stdin with --fix: the fixed source
+
+
+def run_stdin(name: str, *, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
+              fix: bool = False, diff: bool = False, config: LintConfig | None = None) -> LintRun:
+    """Lint the source read from stdin, reported as ``name`` (``--stdin-filename``); with ``fix``
+    the fixed source is returned in ``stdout`` (nothing is written to disk)."""
+    import sys
+
+    config = config or LintConfig()
+    try:
+        rules = select_rules(select or config.select or None, ignore or config.ignore or None)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from exc
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    run = LintRun(report=LintReport(files_checked=1))
+    if name != "-" and config.excluded(Path(name)):
+        run.report = LintReport(files_checked=0)
+        return run
+    try:
+        original = decode(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        bad = LintViolation(path=name, line=1, col=1, code=PARSE_ERROR, severity="error",
+                            message=f"could not read stdin ({exc.__class__.__name__}: {exc})")
+        run.report = LintReport(files_checked=1, violations=(bad,))
+        return run
+    found = lint_text(original.text, name, rules, config)
+    fixed = 0
+    if (fix or diff) and any(v.fixable for v in found):
+        from gpudoctor.lint.fix import apply_fixes
+
+        text = original.text.replace("\r\n", "\n").replace("\r", "\n")
+        new_text = apply_fixes(text, [v for v in found if v.fixable])
+        if diff:
+            run.diffs.append("".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                                          new_text.splitlines(keepends=True), f"a/{name}", f"b/{name}")))
+        else:
+            after = lint_text(new_text, name, rules, config)
+            fixed = sum(v.fixable for v in found) - sum(v.fixable for v in after)
+            found = after
+            run.stdout = encode(original, new_text).decode(original.encoding)
+    elif fix:
+        run.stdout = original.text
+    run.report = LintReport(files_checked=1, violations=tuple(found), fixed=fixed)
+    return run
 
 
 def lint_paths(paths: Sequence[str | Path], *, select: Sequence[str] | None = None,
