@@ -18,7 +18,7 @@ from types import ModuleType
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.lint.config import LintConfig
 from gpudoctor.lint.fileio import SourceFile, decode, encode, is_regular, read_source, write_atomic
-from gpudoctor.lint.project import torch_floor
+from gpudoctor.lint.project import project_mentions, torch_floor
 from gpudoctor.lint.registry import select_rules
 from gpudoctor.lint.shell import lint_shell
 from gpudoctor.lint.walker import build_context
@@ -92,9 +92,10 @@ def _column(lines: list[str], line: int, col_offset: int) -> int:
 
 
 def lint_source(source: str, path: str, rules: Sequence[ModuleType], *,
-                torch_floor: tuple[int, ...] | None = None) -> list[LintViolation]:
+                torch_floor: tuple[int, ...] | None = None, cv2_threads_elsewhere: bool = False) -> list[LintViolation]:
     """Lint one file's text with ``rules``; never raises for bad input. ``torch_floor`` is the
-    project's lowest supported torch (see :mod:`gpudoctor.lint.project`)."""
+    project's lowest supported torch and ``cv2_threads_elsewhere`` whether another file of the
+    project calls ``cv2.setNumThreads`` (see :mod:`gpudoctor.lint.project`)."""
     lines = _LINES.split(source)
     try:
         tree = ast.parse(source, filename=path)
@@ -106,6 +107,7 @@ def lint_source(source: str, path: str, rules: Sequence[ModuleType], *,
                               message=f"SyntaxError: {reason} (file not checked; fix it and re-run)")]
     ctx = build_context(path, source, tree)
     ctx.torch_floor = torch_floor
+    ctx.cv2_threads_elsewhere = cv2_threads_elsewhere
     rules = [rule for rule in rules if getattr(rule, "KIND", "py") == "py"]
     noqa = _noqa_map(lines)
     out: list[LintViolation] = []
@@ -145,8 +147,12 @@ def lint_text(source: str, path: str, rules: Sequence[ModuleType], config: LintC
     chosen = [r for r in rules if not any(r.CODE.startswith(code) for code in skip)]
     if path.endswith(".sh"):
         return lint_shell(source, path, [r for r in chosen if getattr(r, "KIND", "py") == "sh"])
-    return lint_source(source, path, [r for r in chosen if getattr(r, "KIND", "py") == "py"],
-                       torch_floor=_floor(source, path, config))
+    python = [r for r in chosen if getattr(r, "KIND", "py") == "py"]
+    # only GD105 reads it, and only for a file using cv2 without setting its threads itself
+    cv2_elsewhere = ("cv2" in source and "setNumThreads" not in source and "num_workers" in source
+                     and any(r.CODE == "GD105" for r in python) and project_mentions(path, "setNumThreads"))
+    return lint_source(source, path, python, torch_floor=_floor(source, path, config),
+                       cv2_threads_elsewhere=cv2_elsewhere)
 
 
 @dataclass

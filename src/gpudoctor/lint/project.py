@@ -12,6 +12,7 @@ Plain text parsing: nothing is imported or executed.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -84,3 +85,47 @@ def torch_floor(path: str) -> tuple[int, ...] | None:
     except (OSError, RuntimeError):
         return None
     return _folder_floor(folder)
+
+
+_ROOT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
+_SKIP = frozenset({".git", ".hg", "__pycache__", ".venv", "venv", "node_modules", "build", "dist", ".tox"})
+_MAX_FILES = 20_000
+
+
+@lru_cache(maxsize=1024)
+def _root(folder: Path) -> Path | None:
+    if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+        return folder
+    return None if folder.parent == folder else _root(folder.parent)
+
+
+@lru_cache(maxsize=256)
+def _tree_mentions(root: Path, needle: str) -> bool:
+    seen = 0
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP and not d.startswith(".")]
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            seen += 1
+            if seen > _MAX_FILES:
+                return True  # too large to read: assume it does (rules relying on this stay silent)
+            try:
+                if needle in (Path(dirpath) / name).read_text(encoding="utf-8", errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def project_mentions(path: str, needle: str) -> bool:
+    """Whether any Python file of the project holding ``path`` (the nearest folder up with
+    ``.git``/``pyproject.toml``/``setup.py``, else the file's own folder) contains ``needle``.
+    Read once per project and needle; used for settings made in another module (GD105)."""
+    if not path or path == "-":
+        return False
+    try:
+        folder = Path(path).resolve().parent
+    except (OSError, RuntimeError):
+        return False
+    return _tree_mentions(_root(folder) or folder, needle)
