@@ -6,6 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from gpudoctor.lint.flow import parents
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext, call_name, last_ident
 from gpudoctor.lint.walker import is_backward, is_optimizer_step
@@ -36,6 +37,8 @@ GOOD = ("@torch.no_grad()\ndef validate(model, loader):\n    model.eval()\n    t
 _EVAL_NAME = re.compile(r"^(?:eval|evaluate|evaluation|validate|validation|val|valid|test)(?:_\w*)?$")
 _NEEDS_GRAD = ("requires_grad", ".grad", "autograd", "set_grad_enabled", "enable_grad")
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property", "abstractmethod", "wraps", "cache",
+                               "lru_cache", "override"})
 
 
 def _is_test_file(path: str) -> bool:
@@ -71,16 +74,35 @@ def check(ctx: FileContext) -> Iterator[Hit]:
         text = ast.get_source_segment(ctx.source, func) if func is not None else ctx.source
         if text is None or any(marker in text for marker in _NEEDS_GRAD):
             continue
-        if func is not None and (_lightning(ctx.func_cls.get(func)) or _called_under_no_grad(ctx, func.name)):
-            continue
+        if func is not None and (_lightning(ctx.func_cls.get(func)) or _called_under_no_grad(ctx, func.name)
+                                 or any(last_ident(_callee(d)) not in _PLAIN_DECORATORS for d in func.decorator_list)):
+            continue  # a decorator of its own (``@smart_inference_mode()``) may turn gradients off
         for call, where in calls:
             if where.loop is None or where.no_grad or not isinstance(call.func, (ast.Name, ast.Attribute)):
+                continue
+            if _in_grad_context(ctx, call):
                 continue
             model = ctx.expr_kind(call.func, where.func) in ("module", "wrapper") or (
                 ast.unparse(call.func) in receivers)
             if model:
                 yield Hit(call)
                 break
+
+
+def _callee(node: ast.AST) -> ast.AST:
+    return node.func if isinstance(node, ast.Call) else node
+
+
+def _in_grad_context(ctx: FileContext, node: ast.AST) -> bool:
+    """Inside ``with <something naming grad or inference>:`` (a project's own no_grad wrapper)."""
+    up = parents(ctx)
+    parent = up.get(id(node))
+    while parent is not None and not isinstance(parent, _FUNCS):
+        if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
+                word in ast.unparse(item.context_expr).lower() for item in parent.items for word in ("grad", "inference")):
+            return True
+        parent = up.get(id(parent))
+    return False
 
 
 def _called_under_no_grad(ctx: FileContext, name: str) -> bool:
