@@ -119,12 +119,12 @@ def accumulation_loops(ctx: FileContext) -> list[Accumulation]:
         elif is_optimizer_step(call, ctx, where):
             for loop in where.loops:
                 steps.setdefault(loop, []).append((call, where))
-    up = parents(ctx)
     for loop, found in backwards.items():
         backward, bwhere = found[0]
         in_loop = [(c, w) for c, w in steps.get(loop, ()) if w.loop is loop]
         if in_loop and not any(not w.guarded for _, w in in_loop):  # the ``% N`` form
             step, _ = in_loop[0]
+            up = parents(ctx)  # built once per file, only when a loop steps conditionally
             node, count = up.get(id(step)), None
             while node is not None and node is not loop and count is None:
                 if isinstance(node, ast.If):

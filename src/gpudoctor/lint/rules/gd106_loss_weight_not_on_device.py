@@ -103,9 +103,10 @@ def _loss_moved(ctx: FileContext, name: str) -> bool:
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.uses_gpu or "set_default_device" in ctx.source or "set_default_tensor_type" in ctx.source:
+    if not ctx.uses_gpu or "weight" not in ctx.source or "Loss(" not in ctx.source:
         return
-    up = parents(ctx)
+    if "set_default_device" in ctx.source or "set_default_tensor_type" in ctx.source:
+        return
     found: list[tuple[ast.Call, str]] = []
     for call, where in ctx.calls:
         q = ctx.qualname(call.func) or ""
@@ -114,7 +115,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
         weight = kwarg(call, "weight") or kwarg(call, "pos_weight") or (call.args[0] if call.args else None)
         if weight is None or not _cpu_tensor(ctx, weight, where.func):
             continue
-        assign = up.get(id(call))
+        assign = parents(ctx).get(id(call))  # built once per file, only when a weighted loss is there
         if not (isinstance(assign, ast.Assign) and assign.value is call and len(assign.targets) == 1):
             continue  # ``.to(device)`` right away, or handed to something else
         target = assign.targets[0]

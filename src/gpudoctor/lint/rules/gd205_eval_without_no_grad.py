@@ -34,6 +34,7 @@ BAD = ("def validate(model, loader):\n    model.eval()\n    total = 0.0\n    for
        "        total += (model(x).argmax(1) == y).sum().item()\n    return total\n")
 GOOD = ("@torch.no_grad()\ndef validate(model, loader):\n    model.eval()\n    total = 0.0\n"
         "    for x, y in loader:\n        total += (model(x).argmax(1) == y).sum().item()\n    return total\n")
+_EVAL_DEF = re.compile(r"def\s+(?:eval|evaluat|validat|val|valid|test)(?:\w*)\s*\(")
 _EVAL_NAME = re.compile(r"^(?:eval|evaluate|evaluation|validate|validation|val|valid|test)(?:_\w*)?$")
 _NEEDS_GRAD = ("requires_grad", ".grad", "autograd", "set_grad_enabled", "enable_grad")
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -59,6 +60,8 @@ def _lightning(cls: ast.ClassDef | None) -> bool:
 def check(ctx: FileContext) -> Iterator[Hit]:
     if _is_test_file(ctx.path) or not any(v.split(".")[0] == "torch" for v in ctx.imports.values()):
         return
+    if ".eval()" not in ctx.source and not _EVAL_DEF.search(ctx.source):
+        return  # neither an `.eval()` call nor a function named like an evaluation
     by_func: dict[object, list[tuple[ast.Call, object]]] = {}
     for call, where in ctx.calls:
         by_func.setdefault(where.func, []).append((call, where))
@@ -71,8 +74,12 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             continue
         if any(is_backward(c) or is_optimizer_step(c, ctx, w) for c, w in calls):
             continue
-        text = ast.get_source_segment(ctx.source, func) if func is not None else ctx.source
-        if text is None or any(marker in text for marker in _NEEDS_GRAD):
+        if func is not None:
+            lines = ctx.cache.setdefault("lines", ctx.source.splitlines())
+            text = "\n".join(lines[func.lineno - 1:func.end_lineno])
+        else:
+            text = ctx.source
+        if any(marker in text for marker in _NEEDS_GRAD):
             continue
         if func is not None and (_lightning(ctx.func_cls.get(func)) or _called_under_no_grad(ctx, func.name)
                                  or any(last_ident(_callee(d)) not in _PLAIN_DECORATORS for d in func.decorator_list)):
