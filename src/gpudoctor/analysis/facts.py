@@ -20,10 +20,12 @@ from gpudoctor.records.rundir import RunData
 
 
 def main_loader(config: RankConfig | None) -> LoaderConfig | None:
-    """The loader the training loop iterated most (the first one on a tie)."""
+    """The loader the training loop iterated: the one it took most batches from (an evaluation
+    loader is iterated every epoch too, but for fewer batches), then the one it started most
+    often (recordings without batch counts); the first one on a tie."""
     if config is None or not config.loaders:
         return None
-    return max(config.loaders, key=lambda lo: lo.epochs_started)
+    return max(config.loaders, key=lambda lo: (lo.batches, lo.epochs_started))
 
 
 @dataclass(frozen=True, slots=True)

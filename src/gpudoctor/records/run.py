@@ -23,6 +23,7 @@ class LoaderConfig:
     dataset_len: int | None = None
     set_epoch_called: bool | None = None  # DistributedSampler only: was set_epoch ever called
     epochs_started: int = 0  # how many times iteration over the loader began
+    batches: int = 0  # batches the script took from it (added in gpudoctor 0.2)
     pin_memory_device: str = ""
 
 

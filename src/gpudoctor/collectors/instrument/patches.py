@@ -217,6 +217,9 @@ def _patch_loader(torch: Any) -> None:
                 S.info["fetched"] = True
                 S.t_last = t0  # step 0 starts with its first batch, not at import
             S.data_wait_s += _perf() - t0
+        counts = S.loader_configs.get(getattr(self, "_gpudoctor_loader", None))
+        if counts is not None:
+            counts["batches"] = counts.get("batches", 0) + 1  # which loader the loop iterates
         if not S.quiet:
             samples, tokens = _batch_size(return_value, torch)
             if samples is not None:
@@ -230,10 +233,15 @@ def _patch_loader(torch: Any) -> None:
     orig_iter = tud.DataLoader.__iter__
 
     def __iter__(self):
+        it = orig_iter(self)
         if probes.is_owner():
             S.loaders.add(self)
             S.loader_configs.setdefault(id(self), {"epochs": 0})["epochs"] += 1
-        return orig_iter(self)
+            try:
+                it._gpudoctor_loader = id(self)
+            except AttributeError:  # an iterator type that takes no attributes: not counted
+                pass
+        return it
 
     tud.DataLoader.__iter__ = __iter__
 

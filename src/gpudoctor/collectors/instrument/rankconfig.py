@@ -151,5 +151,6 @@ def _loader_config(loader: Any, state: Any) -> LoaderConfig:
         dataset_len=length,
         set_epoch_called=bool(getattr(sampler, "_gpudoctor_set_epoch", False)) if is_dist else None,
         epochs_started=state.loader_configs.get(id(loader), {}).get("epochs", 0),
+        batches=state.loader_configs.get(id(loader), {}).get("batches", 0),
         pin_memory_device=str(getattr(loader, "pin_memory_device", "") or ""),
     )
