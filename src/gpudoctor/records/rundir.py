@@ -4,7 +4,8 @@
 RUNDIR/
   manifest.json          RunManifest
   config-rank{N}.json    RankConfig, one per rank
-  steps-rank{N}.jsonl    StepRecord lines, one per optimizer step
+  steps-rank{N}.jsonl    StepRecord lines, one per optimizer step (a later line for the same
+                         step completes an earlier one: see read_steps)
   window-rank{N}.json    WindowSummary of the profiler window
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
   oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
@@ -124,7 +125,7 @@ def load_run(path: Path) -> RunData:
         if what == "config":
             data.configs[rank] = read_json(child, RankConfig, kind=KIND_CONFIG)
         elif what == "steps":
-            data.steps[rank] = list(read_jsonl(child, StepRecord, kind=KIND_STEPS))
+            data.steps[rank] = read_steps(child)
         elif what == "memory":
             data.memory[rank] = list(read_jsonl(child, StageMemory, kind=KIND_MEMORY))
         else:
@@ -143,6 +144,18 @@ def load_run(path: Path) -> RunData:
     return data
 
 
+def read_steps(path: Path) -> list[StepRecord]:
+    """The step records of ``steps-rank{N}.jsonl``, in step order, the last line of each step.
+
+    ``gpudoctor run``'s probes write a step at its boundary and again once its late values
+    (GPU time, loss, scale) are in; the later line is the complete one.
+    """
+    by_step: dict[int, StepRecord] = {}
+    for step in read_jsonl(path, StepRecord, kind=KIND_STEPS):
+        by_step[step.step] = step
+    return [by_step[k] for k in sorted(by_step)]
+
+
 def oom_files(folder: Path) -> list[Path]:
     """The OOM snapshots in ``folder``: ``oom.json`` (a whole process), then ``oom-rank{N}.json``
     by rank number (under torchrun each rank writes its own)."""
@@ -150,4 +163,4 @@ def oom_files(folder: Path) -> list[Path]:
     return [c for _, c in sorted(found, key=lambda rc: -1 if rc[0] is None else int(rc[0]))]
 
 
-__all__ = ["FindingList", "RunData", "SchemaError", "load_run", "oom_files"]
+__all__ = ["FindingList", "RunData", "SchemaError", "load_run", "oom_files", "read_steps"]
