@@ -17,6 +17,7 @@ from gpudoctor.analysis import (
     memory_rules,
     numerics_rules,
     run_rules,
+    stall_rules,
     sync_rules,
     transfer_rules,
 )
@@ -84,6 +85,7 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     th = thresholds or Thresholds()
     facts = run_facts(run, th)
     findings = run_rules.check_run_status(run.manifest, facts, th)
+    findings.extend(stall_rules.check_stall(run))
     for rule in RULES:
         findings.extend(rule(facts, th))
     return order_findings(findings)

@@ -16,6 +16,9 @@ RUNDIR/
   env.json               CheckReport of the environment (when checked)
   findings.json          the diagnosis (list of Finding)
   stdout.log             the child's combined output
+  stacks-rank{N}.txt     every thread's Python stack of rank N (faulthandler) when the run
+                         stalled, was interrupted or died of a fatal signal; stacks-pid{P}.txt
+                         for a probed process without a rank (torchrun's launcher)
   report.html            the HTML report (gpudoctor report)
 ```
 Every JSON file carries ``schema_version``; see :mod:`gpudoctor.records.base`.
@@ -96,6 +99,7 @@ class RunData:
     findings: tuple[Finding, ...] | None = None
     memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
 
     @property
     def ranks(self) -> list[int]:
@@ -103,6 +107,7 @@ class RunData:
 
 
 _RANK_FILE = re.compile(r"^(config|steps|window|memory)-rank(\d+)\.jsonl?$")
+_STACKS_FILE = re.compile(r"^stacks-rank(\d+)\.txt$")
 
 
 def load_run(path: Path) -> RunData:
@@ -118,6 +123,10 @@ def load_run(path: Path) -> RunData:
         )
     data = RunData(path=path, manifest=read_json(path / MANIFEST, RunManifest, kind=KIND_MANIFEST))
     for child in sorted(path.iterdir()):
+        stacks = _STACKS_FILE.match(child.name)
+        if stacks:
+            data.stacks[int(stacks.group(1))] = child.read_text(encoding="utf-8", errors="replace")
+            continue
         match = _RANK_FILE.match(child.name)
         if not match:
             continue
