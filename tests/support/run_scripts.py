@@ -170,3 +170,44 @@ if __name__ == "__main__":
         opt.step()
     subprocess.run([sys.executable, "child.py"], check=True)
 """
+
+# torch.multiprocessing.spawn: 2 gloo ranks that each train 12 steps (rank from the spawn index).
+MP_SPAWN = """
+import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+def worker(rank, world, port):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(12):
+        loss = model(torch.randn(8, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(2, port), nprocs=2)
+"""
+
+# torchrun, 2 gloo ranks: rank 1 hangs after its 10th step, rank 0 waits for it in all_reduce.
+RANK1_HANGS = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1000):
+    loss = model(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    if step == 9 and rank == 1:
+        time.sleep(10**6)
+"""

@@ -3,8 +3,8 @@
 Each probed process registered ``faulthandler`` on
 :data:`~gpudoctor.collectors.instrument.stackdump.STACK_SIGNAL` with a file
 ``stacks-pid{PID}.txt`` in the run directory (:mod:`gpudoctor.collectors.instrument.stackdump`).
-:func:`request` signals each of them that is still alive and in the child's process group (never
-a stranger that reused a pid), waits until the files stop growing, and adds py-spy's native
+:func:`request` signals each of them that is still alive and below the child (never a stranger
+that reused a pid), waits until the files stop growing, and adds py-spy's native
 frames (``py-spy dump --native``) where py-spy is installed. :func:`settle` renames the files
 with something in them to ``stacks-rank{N}.txt`` and removes the empty ones.
 """
@@ -35,14 +35,35 @@ def _files(run_dir: Path) -> dict[int, Path]:
     return out
 
 
-def request(run_dir: Path, pgid: int) -> list[int]:
-    """Signal every live probed process of the group ``pgid``; return the pids asked."""
+def _descends(pid: int, root: int) -> bool:
+    """Is ``pid`` ``root`` or below it? (torchrun starts its workers in sessions of their own,
+    so the process group does not tell.) Linux reads ``/proc``; elsewhere the group decides."""
+    if not Path("/proc/self/stat").exists():
+        try:
+            return os.getpgid(pid) == root
+        except OSError:
+            return False
+    for _ in range(64):
+        if pid == root:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state: the parent
+    return False
+
+
+def request(run_dir: Path, root: int) -> list[int]:
+    """Signal every live probed process at or below ``root``; return the pids asked."""
     asked = []
     files = _files(run_dir)
     for pid in sorted(files):
         try:
-            if os.getpgid(pid) != pgid:
-                continue  # exited, and the pid now belongs to someone else
+            if not _descends(pid, root):
+                continue  # exited, and the pid may now belong to someone else
             os.kill(pid, STACK_SIGNAL)
         except (ProcessLookupError, PermissionError):
             continue
