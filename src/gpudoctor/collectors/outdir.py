@@ -53,9 +53,10 @@ def claim(path: Path, *, force: bool = False) -> None:
         return
     foreign = _foreign(path, top=True)
     if not _is_run(path) or foreign:
-        shown = ", ".join(str(p.relative_to(path)) for p in foreign[:3]) or "no gpudoctor run"
+        entries = foreign or sorted(path.iterdir())
+        shown = ", ".join(str(p.relative_to(path)) for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise GpuDoctorUserError(
-            f"--out {path}: the directory exists and holds files gpudoctor did not write ({shown}); "
+            f"--out {path}: the directory exists and holds files that are not a gpudoctor run's ({shown}); "
             "give a new directory (nothing was touched)"
         )
     if not force:

@@ -110,7 +110,7 @@ def test_out_into_a_folder_with_a_users_files_touches_nothing(tmp_path: Path) ->
     mine.write_text("my own log\n")
     for force in ([], ["--force"]):
         result = gpudoctor("run", "--steps", "8", "--out", ".", *force, "--", sys.executable, "train.py", cwd=tmp_path)
-        assert result.returncode == 2 and "holds files gpudoctor did not write" in result.stderr
+        assert result.returncode == 2 and "holds files that are not a gpudoctor run" in result.stderr
         assert "Traceback" not in result.stderr
     assert mine.read_text() == "my own log\n" and not (tmp_path / "manifest.json").exists()
     result = gpudoctor("run", "--steps", "8", "--out", "train.py", "--", sys.executable, "train.py", cwd=tmp_path)
