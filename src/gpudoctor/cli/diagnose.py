@@ -77,6 +77,8 @@ def render(run: Any, findings: list | None, console: Any) -> None:
     else:
         for f in findings:
             console.print(f"[{f.severity.value}] {f.code}: {f.title}", highlight=False, markup=False)
+            for line in f.evidence:  # a run without steps: the evidence is all there is (stacks)
+                console.print(f"  - {line}", highlight=False, markup=False)
 
 
 def payload(run: Any, findings: list | None) -> dict:

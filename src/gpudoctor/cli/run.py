@@ -54,6 +54,39 @@ def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
     return outcome, run, findings
 
 
+_EXPLAIN_TAIL = 300  # lines of stdout.log read for a crash's explanation
+
+
+def crash_explanation(run: Any) -> Any:
+    """A crashed run's best ``gpudoctor explain`` match on the end of its output, or ``None``."""
+    if run.manifest.status != "crashed":
+        return None
+    from gpudoctor.explain import explain_text
+    from gpudoctor.records.rundir import STDOUT
+
+    try:
+        lines = (run.path / STDOUT).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = run.manifest.error.splitlines()
+    report = explain_text("\n".join(lines[-_EXPLAIN_TAIL:]))
+    return (report.roots or report.matches or (None,))[0]
+
+
+def render_crash_explanation(run: Any, match: Any, console: Any) -> None:
+    """Under the findings: the explain entry of a crash, or the command that looks for one."""
+    if run.manifest.status != "crashed":
+        return
+    where = run.path / "stdout.log"
+    if match is None:
+        console.print(f"no known failure matched the error; the statements found: gpudoctor explain {where}",
+                      highlight=False, markup=False)
+        return
+    from gpudoctor.report.explain_view import match_block
+
+    console.print(f"the crash, explained (gpudoctor explain {where}):", highlight=False, markup=False)
+    console.print(match_block(1, match))
+
+
 def register(app: typer.Typer) -> None:
     @app.command(context_settings=_CONTEXT)
     def run(
@@ -75,7 +108,7 @@ def register(app: typer.Typer) -> None:
         keep_trace: bool = typer.Option(False, "--keep-trace", help="Also keep the window's Chrome trace."),
         first_step_timeout: float = typer.Option(
             120.0, "--first-step-timeout",
-            help="Stop the script if no optimizer step happens by then (s; at least --stall-timeout).",
+            help="Stop the script, with every rank's stacks, if no optimizer step happens by then (s).",
         ),
         stall_timeout: float = typer.Option(
             30.0, "--stall-timeout",
@@ -117,10 +150,13 @@ def register(app: typer.Typer) -> None:
         console = stdout_console()
         if not knobs:
             outcome, rundata, findings = _one(_spec(command, base, **options), json_output)
+            explained = crash_explanation(rundata)
             if json_output:
-                emit_json({**diag.payload(rundata, findings), "exit_code": outcome.exit_code})
+                extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
+                emit_json({**diag.payload(rundata, findings), **extra, "exit_code": outcome.exit_code})
             else:
                 diag.render(rundata, findings, console)
+                render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
             raise typer.Exit(outcome.exit_code)
 

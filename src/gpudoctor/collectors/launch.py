@@ -56,8 +56,8 @@ class RunSpec:
         steps: stop after this many optimizer steps; ``None`` runs the script to its end.
         profile: take the short profiler window.
         knobs: ``--try`` knobs to inject.
-        first_step_timeout_s: stop the child when no optimizer step happened by then (the
-            limit is at least ``stall_timeout_s``).
+        first_step_timeout_s: stop the child, with every rank's stacks, when no optimizer step
+            happened by then.
         stall_timeout_s: stop the child, with every rank's stacks, when no optimizer step
             happened for ``max(stall_timeout_s, 20 x the median step)``.
         keep_trace: also write the window's Chrome trace (``trace-rank{N}.json``).

@@ -112,27 +112,31 @@ def _native(pyspy: str, pid: int, out: Path) -> None:
 def settle(run_dir: Path, pid_ranks: dict[int, int]) -> list[Path]:
     """Name each stack file with a dump in it by its rank; remove the rest. Returns the kept files.
 
-    The rank is the file's last ``# rank N`` line, else ``pid_ranks`` (from the rank configs);
-    a process with no rank (torchrun's launcher) keeps its pid name.
+    The rank is the file's last ``# rank N`` line, else ``pid_ranks`` (from the rank configs),
+    else 0 for a lone process; a process with no rank beside ranked ones (torchrun's launcher,
+    the parent of ``torch.multiprocessing`` ranks) keeps its pid name.
     """
-    kept = []
+    found: list[tuple[int, Path, int | None]] = []
     for pid, path in sorted(_files(run_dir).items()):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        body = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
-        native = run_dir / f"stacks-pid{pid}.native.txt"
-        if not body:
+        if not [line for line in text.splitlines() if line.strip() and not line.startswith("#")]:
             path.unlink(missing_ok=True)
             continue
         ranks = _RANK_LINE.findall(text)
-        rank = int(ranks[-1]) if ranks else pid_ranks.get(pid)
+        found.append((pid, path, int(ranks[-1]) if ranks else pid_ranks.get(pid)))
+    if len(found) == 1 and found[0][2] is None:
+        found = [(found[0][0], found[0][1], 0)]  # a lone process that never named a rank: rank 0
+    kept = []
+    for pid, path, rank in found:
         target = run_dir / f"stacks-rank{rank}.txt" if rank is not None else path
         if target != path and target.exists():
             target = path  # two processes claimed one rank: keep the pid names
         if target != path:
             path.rename(target)
+            native = run_dir / f"stacks-pid{pid}.native.txt"
             if native.exists():
                 native.rename(run_dir / f"stacks-rank{rank}.native.txt")
         kept.append(target)

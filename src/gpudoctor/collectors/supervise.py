@@ -3,8 +3,7 @@
 The parent reads each rank's ``steps-rank{N}.jsonl`` as it grows (every step is written at its
 boundary: :mod:`gpudoctor.collectors.instrument.stepfile`). The run is *stalled* when no rank
 finished an optimizer step for ``max(stall_timeout_s, STALL_MEDIANS x the median step)``; before
-the first step the limit is ``max(first_step_timeout_s, stall_timeout_s)`` (start-up: imports,
-data, compilation). A stall, a first-step timeout and Ctrl-C all ask every probed process for its
+the first step the limit is ``first_step_timeout_s`` (start-up: imports, data, compilation). A stall, a first-step timeout and Ctrl-C all ask every probed process for its
 Python stacks first (:mod:`gpudoctor.collectors.stacks`), then stop the process group: the
 signal gpudoctor got (Ctrl-C: SIGINT, else SIGTERM), SIGTERM after ``grace_s``, then SIGKILL.
 """
@@ -112,7 +111,7 @@ class Supervisor:
     def stall_limit_s(self) -> float:
         """How long without a step counts as stalled, now."""
         if not self.progress.steps:
-            return max(self.first_step_timeout_s, self.stall_timeout_s)
+            return self.first_step_timeout_s
         median = self.progress.median_s()
         return max(self.stall_timeout_s, STALL_MEDIANS * median if median is not None else 0.0)
 

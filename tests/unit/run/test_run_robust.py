@@ -138,3 +138,40 @@ def test_a_python_subprocess_of_the_script_is_not_probed(tmp_path: Path) -> None
     assert "CHILD []" in result.stderr  # gpudoctor left the child's environment
     run = load_run(tmp_path / "rd")
     assert [s.step for s in run.steps[0]] == list(range(6)) and run.manifest.ranks == (0,)
+
+
+CRASH_OOM = """
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(5):
+    model(torch.randn(8, 8)).sum().backward()
+    opt.step()
+raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+    "of 79.10 GiB of which 1.2 GiB is free. Of the allocated memory 70 GiB is allocated by PyTorch, and "
+    "6 GiB is reserved by PyTorch but unallocated.")
+"""
+
+
+def test_a_crash_ends_with_its_explain_entry(tmp_path: Path) -> None:
+    _write(tmp_path, "oom.py", CRASH_OOM)
+    result = gpudoctor("run", "--full", "--json", "--out", "rd", "--", sys.executable, "oom.py", cwd=tmp_path)
+    assert result.returncode == 1
+    payload = json.loads(result.stdout)
+    assert payload["manifest"]["status"] == "crashed"
+    assert payload["explain"]["entry_id"] == "oom-fragmentation"
+    text = gpudoctor("run", "--full", "--out", "rd2", "--", sys.executable, "oom.py", cwd=tmp_path)
+    assert "the crash, explained (gpudoctor explain rd2/stdout.log)" in text.stdout
+    assert "oom-fragmentation" in text.stdout and "expandable_segments" in text.stdout
+
+
+def test_stuck_before_the_first_step_is_named_with_its_stack(tmp_path: Path) -> None:
+    _write(tmp_path, "nostep.py", "import time, torch\ndef load_data():\n    time.sleep(300)\nload_data()\n")
+    result = gpudoctor("run", "--first-step-timeout", "15", "--json", "--out", "rd", "--",
+                       sys.executable, "nostep.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    payload = json.loads(result.stdout)
+    assert payload["manifest"]["status"] == "timeout"
+    codes = [f["code"] for f in payload["findings"]]
+    assert codes == ["GD-RUN-STALL"], codes
+    assert "nostep.py:3 in load_data" in payload["findings"][0]["title"]
