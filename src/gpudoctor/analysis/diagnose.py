@@ -18,6 +18,7 @@ from gpudoctor.analysis import (
     memory_rules,
     numerics_rules,
     run_rules,
+    stall_rules,
     sync_rules,
     tail_rules,
     transfer_rules,
@@ -89,6 +90,10 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     th = thresholds or Thresholds()
     facts = run_facts(run, th)
     findings = run_rules.check_run_status(run.manifest, facts, th)
+    stall = stall_rules.check_stall(run)
+    if stall:  # where it was stuck says more than "no step was recorded"
+        findings = [f for f in findings if f.code != run_rules.CODE_NO_STEPS]
+    findings.extend(stall)
     for rule in RULES:
         findings.extend(rule(facts, th))
     return order_findings(findings)

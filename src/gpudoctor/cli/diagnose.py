@@ -78,6 +78,8 @@ def render(run: Any, findings: list | None, console: Any, *, top: int = 5) -> No
     else:
         for f in findings:
             console.print(f"[{f.severity.value}] {f.code}: {f.title}", highlight=False, markup=False)
+            for line in f.evidence:  # a run without steps: the evidence is all there is (stacks)
+                console.print(f"  - {line}", highlight=False, markup=False)
 
 
 def payload(run: Any, findings: list | None) -> dict:

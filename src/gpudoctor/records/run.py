@@ -152,7 +152,7 @@ class RunManifest:
     started_at: float  # time.time()
     ended_at: float | None = None
     exit_code: int | None = None
-    status: str = "running"  # running | completed | stopped | crashed | interrupted | no_steps | timeout
+    status: str = "running"  # running | completed | stopped | crashed | interrupted | no_steps | timeout | stalled
     world_size: int | None = None
     steps_requested: int | None = None  # --steps N, None with --full
     hostname: str = ""
@@ -167,3 +167,7 @@ class RunManifest:
     steps_recorded: tuple[int, ...] = ()
     # Added by ``gpudoctor run``: the profiler window asked for, as (first, last) step, or ().
     profile_window: tuple[int, ...] = ()
+    # Added by ``gpudoctor run``: a run stopped by a stall, the first-step timeout or Ctrl-C — the
+    # seconds without an optimizer step at that moment, and the stall limit that applied.
+    idle_s: float | None = None
+    stall_limit_s: float | None = None
