@@ -28,6 +28,11 @@ def main_loader(config: RankConfig | None) -> LoaderConfig | None:
     return max(config.loaders, key=lambda lo: (lo.batches, lo.epochs_started))
 
 
+# CPU-side profiler events that are the host waiting for the GPU or the profiler itself
+NOT_HOST_WORK = frozenset({"Command Buffer Full", "Activity Buffer Request", "cudaDeviceSynchronize",
+                           "cudaStreamSynchronize"})
+
+
 @dataclass(frozen=True, slots=True)
 class RankFacts:
     """One rank: its statistics, its configuration, its profiler window and the breakdown."""
@@ -82,6 +87,17 @@ class RankFacts:
         if host is None or busy is None or step <= 0:
             return None
         return max(0.0, step - max(host, busy)) / step
+
+    def host_ops_line(self, n: int = 3) -> str | None:
+        """Where the host's time went in the window: its top CPU ops by self time, per step
+        (what to make cheaper when the host is the bottleneck); ``None`` without a window."""
+        if self.window is None or not self.window.top_ops:
+            return None
+        ops = [o for o in self.window.top_ops if o.name not in NOT_HOST_WORK][:n]
+        if not ops:
+            return None
+        parts = [f"{o.name} {self.per_step(o.total_us / 1000.0):.2f} ms" for o in ops]
+        return "host time per step went mostly to (profiler window, CPU self time): " + ", ".join(parts)
 
     def per_step(self, window_ms: float) -> float:
         """A window total as milliseconds per step."""
