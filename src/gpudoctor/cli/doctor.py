@@ -7,7 +7,6 @@ check → run (the user's command, or an embedded example workload) → diagnose
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -112,8 +111,9 @@ def register(app: typer.Typer) -> None:
         run.env = check
 
         comparison = tried = None
-        pick = first_testable(findings, cpu_count=os.cpu_count() or 1,
-                              world_size=run.manifest.world_size or 1) if try_fix else None
+        # the knobs come from the run's own records (its cores per rank, its loader), as the fix text
+        config = run.configs[min(run.configs)] if run.configs else None
+        pick = first_testable(findings, config) if try_fix else None
         if pick is not None and outcome.exit_code == 0:
             finding, knobs = pick
             with err.status(f"[3/5] diagnosed: {finding.title}. [4/5] proving the fix: re-running "
