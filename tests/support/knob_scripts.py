@@ -49,3 +49,20 @@ for step in range(10_000):
     loss.backward()
     opt.step()
 """
+
+# Two models, two optimizers (a GAN's shape): one GradScaler cannot serve both.
+TWO_OPTIMIZERS = """
+import torch
+g, d = torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)
+opt_g, opt_d = torch.optim.SGD(g.parameters(), lr=0.01), torch.optim.SGD(d.parameters(), lr=0.01)
+for step in range(10_000):
+    fake = g(torch.randn(16, 4))
+    d_loss = d(fake.detach()).mean() - d(torch.randn(16, 8)).mean()
+    opt_d.zero_grad()
+    d_loss.backward()
+    opt_d.step()
+    g_loss = -d(fake).mean()
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+"""

@@ -74,3 +74,12 @@ def test_knobs_that_cannot_apply_say_so(tmp_path: Path) -> None:
         "non_blocking: no effect on a CPU run",
         "tf32: no effect on a CPU run",
     )
+
+
+def test_fp16_with_two_optimizers_is_not_applied(tmp_path: Path) -> None:
+    run, _ = _run(tmp_path, knob_scripts.TWO_OPTIMIZERS, "fp16")
+    config = run.configs[0]
+    assert config.grad_scaler is False and config.autocast_dtypes == ()
+    assert config.knob_notes == (
+        "fp16: not applied: several optimizers (a GAN?); try bf16, which needs no GradScaler",)
+    assert all(s.loss_finite for s in run.steps[0])

@@ -128,6 +128,9 @@ def _find_root(module: Any, args: tuple) -> Any:
     if I.root is not None or S.quiet or not I.optimizers or not is_owner() or _compiling():
         return None
     if module in I.rejected:
+        if S.step >= 3 and I.search is not None:  # not found in three steps: stop paying for the search
+            I.search.remove()
+            I.search = None
         return None
     mine = {id(p) for p in module.parameters()}
     if mine:
@@ -238,6 +241,10 @@ def _setup_autocast(torch: Any, knob: str, opt: Any) -> None:
     if knob == "fp16" and S.scaler_seen:
         note("fp16: not applied: the script already has its own GradScaler")
         return
+    if knob == "fp16" and sum(ref() is not None for ref in I.optimizers) > 1:
+        # one scaler would scale every backward, but step only this optimizer through it
+        note("fp16: not applied: several optimizers (a GAN?); try bf16, which needs no GradScaler")
+        return
     I.device, I.dtype = device, dtype
     if knob == "fp16":
         was_quiet, S.quiet = S.quiet, True
@@ -305,8 +312,8 @@ def _scale(tensors: Any, grad_tensors: Any) -> Any:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or grad_tensors is not None:
         note("fp16: a backward() of a non-scalar or with explicit gradients was not scaled")
         return tensors
-    if S.last_scaled is not None and S.last_scaled[0] == id(loss):
-        return tensors  # already scaled by a scaler of the script's own
+    if S.last_scaled is not None and S.last_scaled[0] == id(loss) and S.last_scaled[1] is not loss:
+        return tensors  # already scaled by an enabled scaler of the script's own
     was_quiet, S.quiet = S.quiet, True
     try:
         scaled = I.scaler.scale(loss)
