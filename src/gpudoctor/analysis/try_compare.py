@@ -1,5 +1,10 @@
 """``--try``: is the knobbed run faster than the baseline by more than the run-to-run noise?
 
+How often the rule errs, from ``tools/try_rule_sim.py`` (normal run-to-run noise of standard
+deviation sigma, at most 4 runs of each): with no real effect it calls a knob "faster" in 0.8%
+of tries at sigma 1% and 4.6% at sigma 5%; it finds a real +10% in 91% of tries at sigma 2%
+(2.2 runs of each on average), a +5% in 48%, and a +40% at sigma 3% always, in 2 runs of each.
+
 Pure: throughputs (or run records) in, a judgement out. Each run's throughput is the steady-state
 figure of :func:`gpudoctor.analysis.run_stats.run_stats` (warm-up and the profiler window left
 out; summed over ranks), so the table quotes the same number as the run summary.
@@ -9,9 +14,10 @@ The rule, for runs interleaved baseline, try, baseline, try, ...:
 * gain = median(try) / median(baseline) - 1;
 * noise = the run-to-run spread: the larger of the two arms' relative range
   (max - min) / median between repeats of the *same* setting;
-* the difference is outside the noise when every try run is on the same side of every baseline
-  run (the ranges do not overlap) **and** ``|gain| > noise``; that needs at least
-  :data:`MIN_RUNS` runs of each;
+* the difference is outside the noise when the gap between the two arms' ranges (the slowest
+  try run against the fastest baseline run, for a gain; the other way round for a loss),
+  relative to the baseline's median, is larger than the noise: the arms are further apart than
+  runs of one setting are among themselves. That needs at least :data:`MIN_RUNS` runs of each;
 * more pairs run until it is outside the noise, or the cap is reached (then it is "within the
   noise");
 * only a gain outside the noise and at least :data:`MIN_GAIN` is "faster"; a knob that measured
@@ -76,8 +82,10 @@ def judge(baseline: Sequence[float], tried: Sequence[float], *, min_gain: float 
     gain = t_mid / b_mid - 1.0 if b_mid and t_mid is not None else None
     sb, st = _spread(baseline), _spread(tried)
     noise = max(sb, st) if sb is not None and st is not None else None
-    outside = (gain is not None and noise is not None
-               and (min(tried) > max(baseline) or max(tried) < min(baseline)) and abs(gain) > noise)
+    outside = False
+    if gain is not None and noise is not None and b_mid:
+        gap = (min(tried) - max(baseline)) if gain > 0 else (min(baseline) - max(tried))
+        outside = gap / b_mid > noise
     if gain is None:
         verdict = UNKNOWN
     elif not outside:
