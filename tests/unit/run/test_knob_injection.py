@@ -83,3 +83,30 @@ def test_fp16_with_two_optimizers_is_not_applied(tmp_path: Path) -> None:
     assert config.knob_notes == (
         "fp16: not applied: several optimizers (a GAN?); try bf16, which needs no GradScaler",)
     assert all(s.loss_finite for s in run.steps[0])
+
+
+@pytest.mark.distributed
+def test_fp16_and_compile_under_ddp_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """The DDP wrapper is the trained model: autocast and the scaler around it, compile on its
+    .module; every rank applies the same knobs and records what they did."""
+    import run_scripts
+
+    script = tmp_path / "ddp.py"
+    script.write_text(run_scripts.DDP.replace(
+        "torch.nn.Linear(8, 1)",
+        "torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))"), encoding="utf-8")
+    spec = RunSpec(command=(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            str(script)),
+                   run_dir=tmp_path / "rd", steps=10, profile=False, knobs=parse_knobs("fp16,compile"),
+                   echo_child=False, sample_gpu=False)
+    outcome = run_instrumented(spec, say=lambda message: None)
+    assert outcome.exit_code == 0, (tmp_path / "rd" / "stdout.log").read_text()[-3000:]
+    run = load_run(tmp_path / "rd")
+    assert sorted(run.configs) == [0, 1]
+    for config in run.configs.values():
+        assert config.autocast_dtypes == ("float16",) and config.grad_scaler and config.compiled
+        assert config.local_world_size == 2
+        assert config.knob_notes[0] == "compile: torch.compile(Sequential.forward), default mode; the first steps compile"
+        assert config.knob_notes[1].startswith("fp16: autocast('cpu', float16) from DistributedDataParallel's forward")
+    for steps in run.steps.values():
+        assert len(steps) == 10 and all(s.loss_finite and s.scaler_scale for s in steps[:-1])
