@@ -1,5 +1,6 @@
 """The ``--try`` knobs that act on the trained model: ``bf16``, ``fp16``, ``channels_last``,
-``compile``, and on its input copies: ``non_blocking`` (table: :mod:`gpudoctor.collectors.knobs`).
+``compile`` (and ``non_blocking``, in :mod:`~gpudoctor.collectors.instrument.non_blocking`); the
+table of knobs is in :mod:`gpudoctor.collectors.knobs`.
 
 Finding the trained model, without a change to the script: every optimizer is remembered when it
 is built (``Optimizer.__init__``), and a global forward pre-hook looks at each module call until
@@ -53,7 +54,6 @@ class _Injected:
         self.in_step = False
         self.scaled = False  # a scaled backward happened since the last step
         self.unscaled = False  # unscale_ was called since the last step
-        self.pinned_copies = 0
         self.notes: list[str] = []
 
 
@@ -81,7 +81,9 @@ def install(knobs: tuple[str, ...]) -> None:
     if "fp16" in I.knobs:
         _patch_clip(torch)
     if "non_blocking" in I.knobs:
-        _patch_non_blocking(torch)
+        from gpudoctor.collectors.instrument import non_blocking
+
+        non_blocking.install(torch)
 
 
 def notes(device: str) -> tuple[str, ...]:
@@ -91,7 +93,7 @@ def notes(device: str) -> tuple[str, ...]:
         for knob in sorted(I.knobs & {"bf16", "fp16", "channels_last", "compile"}):
             out.append(f"{knob}: not applied: no nn.Module holding all the parameters of an "
                        "optimizer was called after the optimizer was built")
-    if "non_blocking" in I.knobs and not device.startswith("cpu") and I.pinned_copies == 0:
+    if "non_blocking" in I.knobs and not device.startswith("cpu") and _pinned_copies() == 0:
         out.append("non_blocking: not applied: no copy from pinned host memory to the GPU was seen "
                    "(combine it with pin_memory)")
     if device.startswith("cpu"):
@@ -100,6 +102,12 @@ def notes(device: str) -> tuple[str, ...]:
         for knob in sorted(I.knobs & set(GPU_ONLY_KNOBS)):
             out.append(f"{knob}: no effect on a CPU run")
     return tuple(out)
+
+
+def _pinned_copies() -> int:
+    from gpudoctor.collectors.instrument import non_blocking
+
+    return non_blocking.COPIES[0]
 
 
 # ---- finding the trained model ----------------------------------------------------------------
@@ -361,37 +369,3 @@ def _patch_clip(torch: Any) -> None:
         clip.__name__, clip.__doc__, clip.__wrapped__ = name, inner.__doc__, inner
         setattr(clip_grad, name, clip)
         setattr(torch.nn.utils, name, clip)
-
-
-# ---- non_blocking -----------------------------------------------------------------------------
-
-
-def _patch_non_blocking(torch: Any) -> None:
-    Tensor = torch.Tensor
-    inner_to, inner_cuda = Tensor.to, Tensor.cuda
-
-    def pinned_source(self: Any, args: tuple, kwargs: dict) -> bool:
-        if self.is_cuda or "non_blocking" in kwargs or S.quiet or _compiling():
-            return False
-        if any(a is True or a is False for a in args):
-            return False  # non_blocking given positionally
-        return bool(self.is_pinned())
-
-    def to(self, *args, **kwargs):
-        if pinned_source(self, args, kwargs):
-            kwargs["non_blocking"] = True
-            out = inner_to(self, *args, **kwargs)
-            if out.is_cuda:
-                I.pinned_copies += 1
-            return out
-        return inner_to(self, *args, **kwargs)
-
-    def cuda(self, *args, **kwargs):
-        if pinned_source(self, args, kwargs):
-            kwargs["non_blocking"] = True
-            I.pinned_copies += 1
-        return inner_cuda(self, *args, **kwargs)
-
-    for name, fn, inner in (("to", to, inner_to), ("cuda", cuda, inner_cuda)):
-        fn.__name__, fn.__doc__, fn.__wrapped__ = name, inner.__doc__, inner
-        setattr(Tensor, name, fn)
