@@ -62,6 +62,8 @@ def test_fp16_adds_a_grad_scaler_in_the_right_order(tmp_path: Path) -> None:
     steps = run.steps[0]
     assert all(s.scaler_scale is not None for s in steps[:-1])  # our scaler's update() was recorded
     assert all(s.loss_finite for s in steps) and steps[0].loss < 10  # the unscaled loss is recorded
+    assert len({s.loss for s in steps}) == len(steps)  # each step its own loss (no stale scaled-loss id)
+    assert "overridden after learning rate scheduler" not in log  # the scheduler's mark is kept
 
 
 def test_knobs_that_cannot_apply_say_so(tmp_path: Path) -> None:

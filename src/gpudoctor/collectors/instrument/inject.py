@@ -261,7 +261,13 @@ def _setup_autocast(torch: Any, knob: str, opt: Any) -> None:
         finally:
             S.quiet = was_quiet
         I.orig_step = opt.step
-        opt.step = types.MethodType(_scaled_step, opt)  # a bound method, as LR schedulers expect
+
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return _scaled_step(self, *args, **kwargs)
+
+        if getattr(I.orig_step, "_wrapped_by_lr_sched", False):
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # the scheduler's own mark
+        opt.step = types.MethodType(step, opt)  # a bound method, as LR schedulers expect
         note(f"fp16: autocast('{device}', float16) from {_root_name()}'s forward to backward(); "
              "GradScaler: scale -> backward -> unscale_ -> clip -> step -> update")
     else:
@@ -320,8 +326,6 @@ def _scale(tensors: Any, grad_tensors: Any) -> Any:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or grad_tensors is not None:
         note("fp16: a backward() of a non-scalar or with explicit gradients was not scaled")
         return tensors
-    if S.last_scaled is not None and S.last_scaled[0] == id(loss) and S.last_scaled[1] is not loss:
-        return tensors  # already scaled by an enabled scaler of the script's own
     was_quiet, S.quiet = S.quiet, True
     try:
         scaled = I.scaler.scale(loss)
