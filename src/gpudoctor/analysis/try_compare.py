@@ -40,6 +40,7 @@ DEFAULT_MAX_RUNS = 4  # per arm: 8 runs at most; a gain that 4 + 4 runs cannot s
 MIN_GAIN = 0.02
 
 FASTER, SLOWER, NO_GAIN, WITHIN_NOISE, UNKNOWN = "faster", "slower", "no_gain", "within_noise", "unknown"
+FINISHED = ("stopped", "completed")  # run statuses whose steps measure the setting
 
 ROWS = (
     ("throughput", "throughput"),
@@ -128,6 +129,7 @@ class TryComparison:
     judgement: Judgement | None = None
     notes: tuple[str, ...] = ()
     run_dirs: tuple[tuple[str, str], ...] = field(default=())  # (arm, directory) in run order
+    failed: str = ""  # how a run with the knobs ended when it did not finish ("crashed", ...)
 
 
 def _combine(stats: list[StepStats]) -> tuple[dict[str, float | None], str]:
@@ -156,7 +158,10 @@ def compare(baseline: RunData | Sequence[RunData], tried: RunData | Sequence[Run
     before, b_thr, unit = _arm(baselines)
     after, t_thr, unit_after = _arm(tries)
     judgement = None
-    if unit == unit_after and len(b_thr) == len(baselines) and len(t_thr) == len(tries) and b_thr and t_thr:
+    failed = next((r.manifest.status for r in tries if r.manifest.status not in FINISHED), "")
+    if failed:
+        after = {key: None for key, _ in ROWS}  # a run that broke off is no measure of the knob
+    elif unit == unit_after and len(b_thr) == len(baselines) and len(t_thr) == len(tries) and b_thr and t_thr:
         judgement = judge(b_thr, t_thr)
     notes: list[str] = []
     for run in tries:
@@ -169,7 +174,7 @@ def compare(baseline: RunData | Sequence[RunData], tried: RunData | Sequence[Run
         dirs += [("try", str(tries[pair].path))] if pair < len(tries) else []
     return TryComparison(knobs=knobs, unit=unit, before=before, after=after,
                          gain=judgement.gain if judgement is not None else None,
-                         judgement=judgement, notes=tuple(notes), run_dirs=tuple(dirs))
+                         judgement=judgement, notes=tuple(notes), run_dirs=tuple(dirs), failed=failed)
 
 
 __all__ = ["DEFAULT_MAX_RUNS", "MIN_GAIN", "MIN_RUNS", "ROWS", "Judgement", "TryComparison", "compare",

@@ -44,7 +44,8 @@ class TryRuns:
 
     @property
     def exit_code(self) -> int:
-        failed = [o.exit_code for o, _ in self.tried if o.exit_code != 0]
+        """The first failing run's exit code (130 after Ctrl-C), else 0."""
+        failed = [o.exit_code for o, _ in self.baseline + self.tried if o.exit_code != 0]
         return failed[0] if failed else 0
 
 

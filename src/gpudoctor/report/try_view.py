@@ -61,6 +61,9 @@ def try_verdict(comparison: TryComparison) -> str:
     """The one-line verdict: the gain with its noise and run counts, and whether to apply it."""
     knobs = ", ".join(comparison.knobs)
     j = comparison.judgement
+    if comparison.failed:
+        return (f"the run with {knobs} {comparison.failed}: not recommended here - do not apply "
+                "(its stdout.log says why)")
     if j is None or j.gain is None:
         return f"measured gain: unknown (a run recorded no steady-state steps) with {knobs}"
     noise = f" ± {_pct(j.noise)}" if j.noise is not None else ""
@@ -97,7 +100,7 @@ def render_try(comparison: TryComparison):
     parts = [table]
     parts += [Text(f"  {note}") for note in comparison.notes]
     verdict = comparison.judgement.verdict if comparison.judgement is not None else ""
-    style = "bold green" if verdict == FASTER else ("bold red" if verdict == SLOWER else "bold")
+    style = "bold green" if verdict == FASTER else ("bold red" if verdict == SLOWER or comparison.failed else "bold")
     parts.append(Text(try_verdict(comparison), style=style))
     return Group(*parts)
 

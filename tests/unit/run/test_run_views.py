@@ -123,3 +123,14 @@ def test_judge_needs_two_runs_each_and_stops_outside_the_noise() -> None:
     overlap = judge([100.0, 110.0], [105.0, 112.0])
     assert not overlap.outside_noise and needs_more(overlap) and not needs_more(overlap, max_runs=2)
     assert round(overlap.noise, 4) == round(10 / 105, 4)  # the larger arm's range over its median
+
+
+def test_a_run_with_knobs_that_crashed_is_not_the_fix() -> None:
+    import dataclasses
+
+    crashed = _run(("compile",), step_ms=5.0, wait_ms=0.5)
+    crashed.manifest = dataclasses.replace(crashed.manifest, status="crashed", exit_code=1)
+    comparison = compare(_arm((), [20.0, 20.4], wait_ms=1.0)[:1], [crashed])
+    assert comparison.failed == "crashed" and comparison.judgement is None and comparison.after["throughput"] is None
+    assert try_verdict(comparison) == ("the run with compile crashed: not recommended here - do not apply "
+                                       "(its stdout.log says why)")
