@@ -122,3 +122,92 @@ for epoch in range(100):
         scaler.step(opt)
         scaler.update()
 """
+
+# Hangs after its 10th optimizer step (steps 0-9 done), in a sleep or a wait the parent must break.
+HANG_AFTER_10 = """
+import threading, time, torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def wait_forever():
+    {hang}
+for step in range(1000):
+    loss = model(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == 9:
+        print("hanging now", flush=True)
+        wait_forever()
+"""
+
+# Dies hard after 30 fast optimizer steps.
+DIE_AFTER_30 = """
+import os, signal, ctypes, torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1000):
+    loss = model(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == 29:
+        {die}
+"""
+
+# Trains 6 steps with a spawn-context DataLoader worker, then runs child.py (32 steps of its own).
+SUBPROCESS_AFTER_STEPS = """
+import subprocess, sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+if __name__ == "__main__":
+    loader = DataLoader(TensorDataset(torch.randn(48, 8), torch.randn(48, 1)), batch_size=8,
+                        num_workers=1, multiprocessing_context="spawn")
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    subprocess.run([sys.executable, "child.py"], check=True)
+"""
+
+# torch.multiprocessing.spawn: 2 gloo ranks that each train 12 steps (rank from the spawn index).
+MP_SPAWN = """
+import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+def worker(rank, world, port):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(12):
+        loss = model(torch.randn(8, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(2, port), nprocs=2)
+"""
+
+# torchrun, 2 gloo ranks: rank 1 hangs after its 10th step, rank 0 waits for it in all_reduce.
+RANK1_HANGS = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1000):
+    loss = model(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    if step == 9 and rank == 1:
+        time.sleep(10**6)
+"""

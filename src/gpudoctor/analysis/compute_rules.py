@@ -1,29 +1,100 @@
-"""GPU compute: launch-overhead bound (tiny kernels, GPU idle between them) and fp32 compute."""
+"""GPU compute: launch-overhead bound (tiny kernels, GPU idle between them) and fp32 compute,
+with the speed of light: FLOPs per step against this GPU's peak for the precision in use (MFU)."""
 
 from __future__ import annotations
 
-from gpudoctor.analysis.facts import RunFacts
-from gpudoctor.analysis.prescription import pct, performance_finding
+from dataclasses import dataclass
+
+from gpudoctor.analysis.breakdown import host_active_ms
+from gpudoctor.analysis.facts import RankFacts, RunFacts
+from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.sync_rules import unexplained_idle
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding
+from gpudoctor.records.gpu_specs import match_spec
 
 CODE_LAUNCH = "GD-RUN-LAUNCH-BOUND"
 CODE_FP32 = "GD-RUN-FP32-COMPUTE"
 
 _LOW_PRECISION = ("bfloat16", "float16", "torch.bfloat16", "torch.float16")
+_AUTOCAST_DTYPE = {"bfloat16": "bf16", "torch.bfloat16": "bf16", "float16": "fp16",
+                   "torch.float16": "fp16"}
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    """Achieved FLOP rate of one rank against its GPU's datasheet peak.
+
+    Attributes:
+        dtype: the precision the matmuls and convolutions ran in ("fp32", "tf32", "bf16", ...).
+        tflops: achieved TFLOP/s over the median step (model FLOPs of the window per step).
+        peak_tflops: the GPU's dense peak in ``dtype``; ``bf16_peak_tflops``: in bf16.
+    """
+
+    dtype: str
+    tflops: float
+    peak_tflops: float | None
+    bf16_peak_tflops: float | None
+
+    @property
+    def mfu(self) -> float | None:
+        return None if not self.peak_tflops else self.tflops / self.peak_tflops
+
+
+def compute_dtype(rf: RankFacts) -> str:
+    """The precision the GPU's matmuls and convolutions ran in: autocast's dtype, else TF32 when
+    enabled for matmuls or when the window's kernels are TF32 ones (cuDNN convolutions use TF32
+    by default), else fp32."""
+    cfg = rf.config
+    if cfg is not None:
+        for dtype in cfg.autocast_dtypes:
+            if dtype in _AUTOCAST_DTYPE:
+                return _AUTOCAST_DTYPE[dtype]
+        if any(d in _LOW_PRECISION for d in cfg.param_dtypes):
+            return _AUTOCAST_DTYPE[next(d for d in cfg.param_dtypes if d in _LOW_PRECISION)]
+        if cfg.tf32_matmul or cfg.float32_matmul_precision in ("high", "medium"):
+            return "tf32"
+    if rf.window is not None and any("tf32" in k.name for k in rf.window.top_kernels):
+        return "tf32"
+    return "fp32"
+
+
+def speed(rf: RankFacts) -> Speed | None:
+    """FLOP rate of ``rf`` (``None`` without the window's FLOP count or a step time)."""
+    w = rf.window
+    if w is None or not w.flops or rf.stats.step_ms <= 0:
+        return None
+    tflops = w.flops / rf.window_steps / (rf.stats.step_ms / 1000.0) / 1e12
+    dtype = compute_dtype(rf)
+    spec = match_spec(rf.config.device_name) if rf.config is not None and rf.config.device_name else None
+    return Speed(dtype=dtype, tflops=tflops,
+                 peak_tflops=spec.peak_tflops(dtype) if spec is not None else None,
+                 bf16_peak_tflops=spec.peak_tflops("bf16") if spec is not None else None)
+
+
+def speed_line(sp: Speed) -> str:
+    """Evidence wording of a :class:`Speed`."""
+    line = f"{sp.tflops:.1f} TFLOP/s achieved in {sp.dtype} (matmul and convolution FLOPs)"
+    if sp.mfu is not None:
+        line += f" = {pct(sp.mfu)} of this GPU's {sp.peak_tflops:g} TFLOP/s {sp.dtype} peak (MFU)"
+    if sp.bf16_peak_tflops and sp.dtype in ("fp32", "tf32"):
+        line += f"; its bf16 peak is {sp.bf16_peak_tflops:g}"
+    return line
 
 
 def check_launch_bound(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """Many tiny kernels with the GPU idle between them: the host cannot launch fast enough.
 
-    Expected gain = the GPU idle share not explained by data or copies: a larger batch, CUDA
-    graphs or ``torch.compile`` do the same work in fewer, longer kernels, so the GPU stops
-    waiting for launches (upper bound: the GPU then runs back to back).
+    Expected gain = the GPU idle share not explained by data, copies or collectives: a larger
+    batch, CUDA graphs or ``torch.compile`` do the same work in fewer, longer kernels, so the
+    GPU stops waiting for launches (upper bound: the GPU then runs back to back).
     """
     if not facts.on_gpu or not facts.ranks:
         return []
-    rf = facts.ranks[0]
+    return worst_rank(facts.ranks, lambda rf: _launch_bound(rf, th), lambda rf: rf.rank)
+
+
+def _launch_bound(rf: RankFacts, th: Thresholds) -> list[Finding]:
     w = rf.window
     if w is None or not w.kernel_count:
         return []
@@ -33,14 +104,21 @@ def check_launch_bound(facts: RunFacts, th: Thresholds) -> list[Finding]:
     idle = unexplained_idle(rf)
     if not tiny or idle is None or idle < th.idle_min_share:
         return []
-    if rf.stats.host_syncs >= th.sync_min_per_step:
-        return []  # a sync every step stops the host running ahead: GD-RUN-HOST-SYNC comes first
+    syncs = rf.stats.host_syncs
+    if syncs >= th.sync_min_per_step and not rf.host_bound:
+        return []  # the host could run ahead but a sync stops it: GD-RUN-HOST-SYNC owns it
     per_step = w.kernel_count / rf.window_steps
     evidence = [
         f"{per_step:.0f} kernels per step, median {w.kernel_us_p50 or 0:.1f} us, "
-        f"{pct(w.kernels_under_10us_frac)} under 10 us",
-        f"GPU busy {pct(rf.busy_frac)} of the step; idle {pct(idle)} not explained by data or copies",
+        f"{pct(w.kernels_under_10us_frac)} under 10 us, rank {rf.rank}",
+        f"GPU busy {pct(rf.busy_frac)} of the step; idle {pct(idle)} not explained by data, "
+        "copies or collectives",
     ]
+    host = host_active_ms(rf.stats, rf.window)
+    if syncs >= th.sync_min_per_step and host is not None:
+        evidence.append(f"{syncs:.0f} host sync(s) per step, but the host works ~{ms(host)} per "
+                        f"step against the GPU's {ms(rf.breakdown.gpu_busy_ms)}: without the "
+                        "syncs it still could not keep the GPU fed")
     if rf.stats.samples:
         evidence.append(f"batch size {rf.stats.samples:.0f}")
     fix = [
@@ -61,29 +139,39 @@ def check_launch_bound(facts: RunFacts, th: Thresholds) -> list[Finding]:
 def check_fp32_compute(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """Compute-bound in fp32 without autocast: tensor cores mostly unused.
 
-    Expected gain = busy share x (1 - 1/speed-up): the GPU part of the step shrinks by the
+    Expected gain = the compute share x (1 - 1/speed-up): the GPU's kernel time shrinks by the
     speed-up of bf16 autocast (``Thresholds.bf16_speedup``, or ``tf32_speedup`` when TF32 is
-    already on), the host part stays.
+    already on), the rest stays.
     """
     if not facts.on_gpu or not facts.ranks:
         return []
-    rf = facts.ranks[0]
+    return worst_rank(facts.ranks, lambda rf: _fp32_compute(rf, th), lambda rf: rf.rank)
+
+
+def _fp32_compute(rf: RankFacts, th: Thresholds) -> list[Finding]:
     cfg = rf.config
     busy = rf.busy_frac
     if cfg is None or busy is None or busy < th.compute_min_busy:
         return []
     if cfg.autocast_dtypes or any(d in _LOW_PRECISION for d in cfg.param_dtypes):
         return []
+    b = rf.breakdown
+    compute = b.share("compute") if b.gpu_timeline else busy
     tf32 = bool(cfg.tf32_matmul) or cfg.float32_matmul_precision in ("high", "medium")
     speedup = th.tf32_speedup if tf32 else th.bf16_speedup
-    gain = busy * (1.0 - 1.0 / speedup)
+    gain = compute * (1.0 - 1.0 / speedup)
     evidence = [
-        f"GPU busy {pct(busy)} of the step, no autocast, parameters "
-        f"{', '.join(cfg.param_dtypes) or 'float32'}",
+        f"GPU busy {pct(busy)} of a {ms(rf.stats.step_ms)} step, {pct(compute)} in compute "
+        f"kernels; no autocast, parameters {', '.join(cfg.param_dtypes) or 'float32'}, rank {rf.rank}",
+    ]
+    sp = speed(rf)
+    if sp is not None:
+        evidence.append(speed_line(sp))
+    evidence += [
         f"TF32 matmul {cfg.tf32_matmul}, TF32 cuDNN {cfg.tf32_cudnn}, "
         f"cudnn.benchmark {cfg.cudnn_benchmark}, channels_last {cfg.channels_last}",
-        f"expected gain assumes a {speedup:.1f}x faster GPU part "
-        f"({'bf16 over TF32' if tf32 else 'bf16 over fp32'})",
+        f"expected gain assumes a {speedup:.1f}x faster compute part "
+        f"({'bf16 over TF32' if tf32 else 'bf16 over fp32'}); prove it with --try bf16",
     ]
     fix = []
     if not cfg.cudnn_benchmark:
@@ -105,4 +193,5 @@ def check_fp32_compute(facts: RunFacts, th: Thresholds) -> list[Finding]:
     )
 
 
-__all__ = ["CODE_FP32", "CODE_LAUNCH", "check_fp32_compute", "check_launch_bound"]
+__all__ = ["CODE_FP32", "CODE_LAUNCH", "Speed", "check_fp32_compute", "check_launch_bound",
+           "compute_dtype", "speed", "speed_line"]

@@ -12,12 +12,15 @@ from collections.abc import Callable
 
 from gpudoctor.analysis import (
     compute_rules,
+    conv_rules,
     distributed_rules,
     input_rules,
     memory_rules,
     numerics_rules,
     run_rules,
+    stall_rules,
     sync_rules,
+    tail_rules,
     transfer_rules,
 )
 from gpudoctor.analysis.facts import RunFacts, run_facts
@@ -34,6 +37,9 @@ RULES: tuple[Rule, ...] = (
     sync_rules.check_host_sync,
     compute_rules.check_launch_bound,
     compute_rules.check_fp32_compute,
+    conv_rules.check_channels_last,
+    conv_rules.check_cudnn_benchmark,
+    tail_rules.check_periodic_stalls,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
     memory_rules.check_headroom,
@@ -84,6 +90,10 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     th = thresholds or Thresholds()
     facts = run_facts(run, th)
     findings = run_rules.check_run_status(run.manifest, facts, th)
+    stall = stall_rules.check_stall(run)
+    if stall:  # where it was stuck says more than "no step was recorded"
+        findings = [f for f in findings if f.code != run_rules.CODE_NO_STEPS]
+    findings.extend(stall)
     for rule in RULES:
         findings.extend(rule(facts, th))
     return order_findings(findings)

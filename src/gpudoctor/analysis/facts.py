@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudoctor.analysis.breakdown import (
+    Breakdown,
+    compute_breakdown,
+    exposed_nccl_ms,
+    host_active_ms,
+    window_steps,
+)
 from gpudoctor.analysis.steps import RankStepStats, rank_step_stats
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.analysis.utilization import GpuUtilSummary, summarize_gpus
@@ -13,26 +20,12 @@ from gpudoctor.records.rundir import RunData
 
 
 def main_loader(config: RankConfig | None) -> LoaderConfig | None:
-    """The loader the training loop iterated most (the first one on a tie)."""
+    """The loader the training loop iterated: the one it took most batches from (an evaluation
+    loader is iterated every epoch too, but for fewer batches), then the one it started most
+    often (recordings without batch counts); the first one on a tie."""
     if config is None or not config.loaders:
         return None
-    return max(config.loaders, key=lambda lo: lo.epochs_started)
-
-
-@dataclass(frozen=True, slots=True)
-class Breakdown:
-    """Where the host wall time of a median step goes (milliseconds; the parts add up to ``step_ms``).
-
-    ``compute_ms`` is the rest: the host launching work while the GPU computes. ``sync_ms`` and
-    ``comm_ms`` come from the profiler window (0 when there was none).
-    """
-
-    step_ms: float
-    data_wait_ms: float
-    h2d_ms: float
-    sync_ms: float
-    comm_ms: float
-    compute_ms: float
+    return max(config.loaders, key=lambda lo: (lo.batches, lo.epochs_started))
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,37 +41,47 @@ class RankFacts:
 
     @property
     def window_steps(self) -> int:
-        if self.window is None:
-            return 0
-        return max(1, self.window.last_step - self.window.first_step + 1)
+        return window_steps(self.window)
 
     @property
     def busy_frac(self) -> float | None:
-        """Share of the typical step the GPU was busy: the profiler window's GPU busy time per
-        step (union of kernel/copy time) over the median *un-profiled* step, else NVML's mean
-        utilisation of the rank's GPU (coarser: any kernel running counts).
+        """Share of the mean step the GPU was busy: the window's GPU busy time per step (the
+        union of kernel and copy intervals on the GPU timeline) over the mean *un-profiled*
+        step, else NVML's mean utilisation of the rank's GPU (coarser: any kernel running counts).
 
-        Not the window's own busy share: the profiler slows the host (each op and launch is
-        recorded; +64% on the steps it covers, DESIGN.md), so the window's wall time is longer
-        than a normal step while the GPU work is not, and ``1 - gpu_busy_frac`` counts the
-        profiler's overhead as GPU idle time. On the H200 recordings the window's steps took
-        1.1-2.4x the median step (``clean``: 9.26 ms vs 6.12 ms), which turned 11% of real idle
-        time into a 40% "launch-bound" claim. The GPU busy time per step is what the profiler
-        does not inflate, so it is set against the steps the user's run actually takes (the same
-        median the data-wait and copy shares use).
-
-        Not ``gpu_ms``: CUDA events at step boundaries measure the span between them on the
-        GPU, which includes the GPU's idle gaps, so it is close to the host step time even when
-        the GPU mostly waits.
+        Not the host's wall time of the window: a GPU-bound host runs ahead and blocks in a full
+        launch queue, so the window's host span need not contain its steps' GPU work (seen on an
+        H200: 249 ms of host time for 5 steps whose GPU work took 1,175 ms), and the profiler
+        slows the host, not the GPU. Not ``gpu_ms`` either: CUDA events at step boundaries
+        measure the span between them, idle gaps included. Capped at 1.0 only where the window's
+        GPU time per step exceeds the mean step (the GPU is then busy all of it).
         """
-        w = self.window
-        if w is not None and w.gpu_busy_frac is not None:
-            frac = w.gpu_busy_frac
-            if w.wall_ms and self.stats.step_ms > 0:
-                busy_ms_per_step = w.gpu_busy_frac * w.wall_ms / self.window_steps
-                frac = busy_ms_per_step / self.stats.step_ms
-            return max(0.0, min(1.0, frac))
+        b = self.breakdown
+        if b.gpu_timeline and b.gpu_busy_ms is not None and b.step_ms > 0:
+            return b.gpu_busy_ms / b.step_ms
         return self.nvml_util_frac
+
+    @property
+    def host_bound(self) -> bool:
+        """The host's own work per step (:func:`host_active_ms`) takes at least the GPU's busy
+        time: the host is the bottleneck even if it could run ahead of the GPU."""
+        host = host_active_ms(self.stats, self.window)
+        busy = self.breakdown.gpu_busy_ms
+        return host is not None and busy is not None and host >= busy
+
+    @property
+    def sync_cost_share(self) -> float | None:
+        """What synchronising calls cost per step, at least: without them the host would queue
+        work ahead and the step would take max(host work, GPU busy) instead of their serial
+        sum, so the saving is ``step - max(host work, GPU busy)`` over the step (with the blocked
+        time measured per step; a lower bound on older recordings, see :func:`host_active_ms`).
+        ``None`` without a GPU timeline."""
+        host = host_active_ms(self.stats, self.window)
+        busy = self.breakdown.gpu_busy_ms
+        step = self.breakdown.step_ms
+        if host is None or busy is None or step <= 0:
+            return None
+        return max(0.0, step - max(host, busy)) / step
 
     def per_step(self, window_ms: float) -> float:
         """A window total as milliseconds per step."""
@@ -87,10 +90,7 @@ class RankFacts:
     @property
     def exposed_comm_ms(self) -> float:
         """NCCL time per step that no compute kernel overlapped."""
-        if self.window is None or not self.window.nccl_ms:
-            return 0.0
-        overlap = self.window.nccl_overlap_frac or 0.0
-        return self.per_step(self.window.nccl_ms * (1.0 - overlap))
+        return self.per_step(exposed_nccl_ms(self.window))
 
     @property
     def comm_wait_ms(self) -> float:
@@ -120,20 +120,6 @@ class RunFacts:
         return self.ranks[0] if self.ranks else None
 
 
-def _breakdown(stats: RankStepStats, window: WindowSummary | None, steps: int) -> Breakdown:
-    step = stats.step_ms
-    data = min(step, stats.data_wait_ms)
-    h2d = min(step - data, stats.h2d_ms or 0.0)
-    sync = comm = 0.0
-    if window is not None and steps:
-        sync = min(step - data - h2d, window.sync_ms / steps)
-        overlap = window.nccl_overlap_frac or 0.0
-        comm = min(step - data - h2d - sync, window.nccl_ms * (1.0 - overlap) / steps)
-    compute = max(0.0, step - data - h2d - sync - comm)
-    return Breakdown(step_ms=step, data_wait_ms=data, h2d_ms=h2d, sync_ms=max(0.0, sync),
-                     comm_ms=max(0.0, comm), compute_ms=compute)
-
-
 def _nvml_util(gpus: list[GpuUtilSummary], config: RankConfig | None) -> float | None:
     """Mean NVML utilisation (0-1) of the GPU the rank used, when known."""
     if config is None or config.cuda_device_index is None:
@@ -150,25 +136,34 @@ def _uses_gpu(run: RunData) -> bool:
     return any(s.gpu_ms is not None for steps in run.steps.values() for s in steps)
 
 
+def profiled_steps(run: RunData, rank: int) -> tuple[int, int] | None:
+    """The steps the profiler window covered on ``rank`` (first, last), to keep out of the step
+    statistics (the profiler slows them); the window asked for when the rank wrote none."""
+    window = run.windows.get(rank)
+    if window is not None:
+        return (window.first_step, window.last_step)
+    if len(run.manifest.profile_window) == 2:
+        return (run.manifest.profile_window[0], run.manifest.profile_window[1])
+    return None
+
+
+def rank_stats(run: RunData, rank: int, thresholds: Thresholds) -> RankStepStats | None:
+    """The step statistics of one rank: the only place they are computed for a run."""
+    return rank_step_stats(run.steps.get(rank, []), thresholds, profiled_steps(run, rank))
+
+
 def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
     """Compute the facts of ``run`` (pure; reads only the loaded records)."""
     gpus = summarize_gpus(run.gpu)
     ranks = []
     for rank in run.ranks:
         window = run.windows.get(rank)
-        # the profiler slows the steps of its window: keep them out of the step statistics
-        exclude = None
-        if window is not None:
-            exclude = (window.first_step, window.last_step)
-        elif len(run.manifest.profile_window) == 2:
-            exclude = (run.manifest.profile_window[0], run.manifest.profile_window[1])
-        stats = rank_step_stats(run.steps.get(rank, []), thresholds, exclude)
+        stats = rank_stats(run, rank, thresholds)
         if stats is None:
             continue
-        n = max(1, window.last_step - window.first_step + 1) if window else 0
         config = run.configs.get(rank)
         ranks.append(RankFacts(rank=rank, stats=stats, config=config, window=window,
-                               breakdown=_breakdown(stats, window, n),
+                               breakdown=compute_breakdown(stats, window),
                                nvml_util_frac=_nvml_util(gpus, config)))
     world = run.manifest.world_size or max(
         [c.world_size for c in run.configs.values()] + [len(run.ranks), 1])
@@ -177,4 +172,5 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
                     on_gpu=_uses_gpu(run), configs=dict(run.configs), ran_out_of_memory=oom)
 
 
-__all__ = ["Breakdown", "RankFacts", "RunFacts", "main_loader", "run_facts"]
+__all__ = ["Breakdown", "RankFacts", "RunFacts", "main_loader", "profiled_steps", "rank_stats",
+           "run_facts"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
 from gpudoctor.analysis.knob_map import PREFETCH_FACTOR, WORKERS_FIRST_STEP, loader_plan
-from gpudoctor.analysis.prescription import ms, pct, performance_finding
+from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.analysis.transfer_rules import per_sample_copies
 from gpudoctor.records.finding import Finding
@@ -59,8 +59,10 @@ def _loader_fix(loader: LoaderConfig | None, config: RankConfig | None, on_gpu: 
     return "\n".join(lines)
 
 
-def _worst_rank(facts: RunFacts) -> RankFacts | None:
-    return max(facts.ranks, key=lambda r: r.stats.data_wait_share, default=None)
+def exposed_wait_share(rf: RankFacts) -> float:
+    """The share of the median step the GPU idled while the host waited for the next batch: a
+    wait that queued GPU work hides costs nothing (:mod:`gpudoctor.analysis.breakdown`)."""
+    return rf.breakdown.share("data")
 
 
 def check_data_loader(facts: RunFacts, th: Thresholds) -> list[Finding]:
@@ -71,17 +73,22 @@ def check_data_loader(facts: RunFacts, th: Thresholds) -> list[Finding]:
     (an upper bound: it holds while the workers together produce batches faster than the GPU
     consumes them).
     """
-    rf = _worst_rank(facts)
-    if rf is None:
-        return []
-    share = rf.stats.data_wait_share
+    return worst_rank(facts.ranks, lambda rf: _data_loader(facts, rf, th), lambda rf: rf.rank)
+
+
+def _data_loader(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding]:
+    share = exposed_wait_share(rf)
     if share < th.data_wait_min_share:
         return []
     if facts.on_gpu and per_sample_copies(rf, th):
         return []  # .cuda() inside __getitem__: GD-RUN-H2D-PER-SAMPLE owns the fix (workers can't use CUDA)
     loader = main_loader(rf.config)
-    evidence = [f"waiting for the next batch: median {ms(rf.stats.data_wait_ms)} of a "
-                f"{ms(rf.stats.step_ms)} step ({pct(share)}), rank {rf.rank}"]
+    s = rf.stats
+    evidence = [f"waiting for the next batch: {ms(s.mean_data_wait_ms)} of a "
+                f"{ms(s.mean_step_ms)} mean step (median {ms(s.data_wait_ms)} of "
+                f"{ms(s.step_ms)}), rank {rf.rank}"]
+    if rf.breakdown.gpu_timeline and share < s.mean_data_wait_ms / s.mean_step_ms - 0.005:
+        evidence.append(f"of it, {pct(share)} with the GPU idle (the rest overlaps queued GPU work)")
     if loader is not None:
         evidence.append(describe_loader(loader))
     busy = rf.busy_frac

@@ -108,6 +108,10 @@ def knobs_for(finding: Finding, config: RankConfig | None) -> str | None:
         return ",".join(fp32_knobs(config))
     if code == "GD-RUN-LAUNCH-BOUND":
         return "compile"
+    if code == "GD-RUN-CHANNELS-LAST":
+        return "channels_last"  # the model and its 4-D inputs, as the fix's two lines
+    if code == "GD-RUN-CUDNN-BENCHMARK":
+        return "cudnn_benchmark"
     if code == "GD-RUN-FRAGMENTATION":
         return "expandable_segments"
     return None

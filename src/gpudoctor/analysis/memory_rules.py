@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts
-from gpudoctor.analysis.prescription import pct
+from gpudoctor.analysis.prescription import pct, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.units import human_bytes
@@ -29,9 +29,12 @@ def check_leak(facts: RunFacts, th: Thresholds) -> list[Finding]:
 
     No step-time gain: the cost is an OOM later, so the finding ranks with the correctness ones.
     """
+    return worst_rank(facts.ranks, lambda rf: _leak(facts, rf, th), lambda rf: rf.rank)
+
+
+def _leak(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding]:
     out = []
-    for rf in facts.ranks[:1]:
-        s = rf.stats
+    for s in (rf.stats,):
         fit = s.leak
         if fit is None or s.alloc_first_bytes is None or s.alloc_last_bytes is None:
             continue
@@ -42,7 +45,7 @@ def check_leak(facts: RunFacts, th: Thresholds) -> list[Finding]:
         evidence = [
             f"allocated grew from {human_bytes(s.alloc_first_bytes)} to "
             f"{human_bytes(s.alloc_last_bytes)} over {s.n_used} steps after warm-up: "
-            f"+{human_bytes(fit.slope)} per step (least squares, R^2 {fit.r2:.2f})",
+            f"+{human_bytes(fit.slope)} per step (least squares, R^2 {fit.r2:.2f}), rank {rf.rank}",
         ]
         total = total_memory(facts, rf)
         severity = Severity.WARN
@@ -77,9 +80,12 @@ def check_fragmentation(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """
     if not facts.on_gpu:
         return []
+    return worst_rank(facts.ranks, lambda rf: _fragmentation(rf, th), lambda rf: rf.rank)
+
+
+def _fragmentation(rf: RankFacts, th: Thresholds) -> list[Finding]:
     out = []
-    for rf in facts.ranks[:1]:
-        s = rf.stats
+    for s in (rf.stats,):
         if s.peak_reserved_bytes is None or s.peak_allocated_bytes is None:
             continue
         waste = s.peak_reserved_bytes - s.peak_allocated_bytes

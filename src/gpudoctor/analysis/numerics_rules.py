@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor.analysis.facts import RunFacts
-from gpudoctor.analysis.prescription import pct
+from gpudoctor.analysis.facts import RankFacts, RunFacts
+from gpudoctor.analysis.prescription import pct, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 
@@ -40,9 +40,12 @@ def check_nonfinite_loss(facts: RunFacts, th: Thresholds) -> list[Finding]:
 
 def check_scaler(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """The GradScaler's scale collapses, or it skips many optimizer steps (inf/NaN gradients)."""
+    return worst_rank(facts.ranks, lambda rf: _scaler(rf, th), lambda rf: rf.rank)
+
+
+def _scaler(rf: RankFacts, th: Thresholds) -> list[Finding]:
     out = []
-    for rf in facts.ranks[:1]:
-        s = rf.stats
+    for s in (rf.stats,):
         if not s.scaler_scales:
             continue
         low = min(s.scaler_scales)

@@ -1,73 +1,71 @@
-"""Steady-state step statistics of a run, per rank: what the terminal summary, the ``--try``
-before/after table and ``--json`` quote. Pure: records in, numbers out.
+"""The steady-state figures of a run, per rank, as the terminal summary, the ``--try`` before/after
+table and ``--json`` quote them. Pure: records in, numbers out.
 
-Steps are chosen exactly as the rules choose them (:func:`gpudoctor.analysis.steps.steady_steps`:
-warm-up and the profiler window left out), so every view quotes the same steps.
+Not a second computation: every figure is read from :class:`gpudoctor.analysis.steps.RankStepStats`
+(via :func:`gpudoctor.analysis.facts.rank_stats`, which chooses the steps exactly as the rules
+do: warm-up and the profiler window left out), so every view quotes the same numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.analysis.steps import median as _median
-from gpudoctor.analysis.steps import steady_steps as _steady
+from gpudoctor.analysis.facts import rank_stats
+from gpudoctor.analysis.steps import RankStepStats
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.rundir import RunData
-from gpudoctor.records.step import StepRecord
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepStats:
-    """Steady-state figures of one rank (medians are per step)."""
+    """Steady-state figures of one rank: ``throughput`` is a mean over the steady steps (samples
+    or steps over their total time); the per-step figures are medians."""
 
     rank: int
     steps: int  # steps the figures are based on
-    step_ms: float | None
-    throughput: float | None  # samples/s when the batch size is known, else steps/s
+    step_ms: float | None  # median
+    mean_step_ms: float | None
+    throughput: float | None  # samples/s when the batch size is known, else steps/s (mean)
     unit: str  # "samples/s" or "steps/s"
-    data_wait_ms: float | None
-    gpu_ms: float | None
-    h2d_ms: float | None
-    h2d_mb: float | None
-    pageable_frac: float | None
-    host_syncs: float | None
-    peak_mem_gb: float | None
+    data_wait_ms: float | None  # median
+    gpu_ms: float | None  # median of the CUDA-event span per step
+    h2d_ms: float | None  # median host time issuing copies
+    h2d_mb: float | None  # median megabytes copied per step
+    pageable_frac: float | None  # share of copied bytes from pageable memory
+    host_syncs: float | None  # median
+    peak_mem_gb: float | None  # largest allocator peak of the steady steps
 
 
-def steady_steps(steps: list[StepRecord], window: tuple[int, ...] = ()) -> list[StepRecord]:
-    """The steady steps, chosen exactly as the analysis chooses them (warm-up and the profiler
-    window dropped), so the summary, the --try table and the findings quote the same steps."""
-    return _steady(steps, Thresholds(), (window[0], window[-1]) if window else None)
-
-
-def step_stats(rank: int, steps: list[StepRecord], window: tuple[int, ...] = ()) -> StepStats:
-    """Median per-step figures of ``steps`` in steady state."""
-    kept = steady_steps(steps, window)
-    total_ms = sum(s.step_ms for s in kept)
-    samples = [s.samples for s in kept]
-    if kept and all(n is not None for n in samples) and total_ms > 0:
-        throughput, unit = sum(samples) / total_ms * 1000.0, "samples/s"  # type: ignore[arg-type]
-    else:
-        throughput, unit = (len(kept) / total_ms * 1000.0 if total_ms > 0 else None), "steps/s"
-    h2d_bytes = sum(s.h2d_bytes for s in kept)
-    peaks = [s.mem.peak_allocated_bytes for s in kept if s.mem is not None]
+def from_rank_stats(stats: RankStepStats) -> StepStats:
+    """The view of one rank's :class:`RankStepStats`."""
+    throughput, unit = stats.throughput
+    h2d_bytes = stats.h2d_bytes
     return StepStats(
-        rank=rank,
-        steps=len(kept),
-        step_ms=_median([s.step_ms for s in kept]),
+        rank=stats.rank,
+        steps=stats.n_used,
+        step_ms=stats.step_ms,
+        mean_step_ms=stats.mean_step_ms,
         throughput=throughput,
         unit=unit,
-        data_wait_ms=_median([s.data_wait_ms for s in kept]),
-        gpu_ms=_median([s.gpu_ms for s in kept if s.gpu_ms is not None]),
-        h2d_ms=_median([s.h2d_ms for s in kept if s.h2d_ms is not None]),
-        h2d_mb=h2d_bytes / len(kept) / 1e6 if kept else None,
-        pageable_frac=sum(s.h2d_pageable_bytes for s in kept) / h2d_bytes if h2d_bytes else None,
-        host_syncs=_median([float(s.host_syncs) for s in kept]),
-        peak_mem_gb=max(peaks) / 1e9 if peaks else None,
+        data_wait_ms=stats.data_wait_ms,
+        gpu_ms=stats.gpu_ms,
+        h2d_ms=stats.h2d_ms,
+        h2d_mb=h2d_bytes / 1e6,
+        pageable_frac=stats.h2d_pageable_bytes / h2d_bytes if h2d_bytes else None,
+        host_syncs=stats.host_syncs,
+        peak_mem_gb=None if stats.peak_allocated_bytes is None else stats.peak_allocated_bytes / 1e9,
     )
 
 
-def run_stats(run: RunData) -> list[StepStats]:
-    """:func:`step_stats` for every rank that recorded steps."""
-    window = tuple(run.manifest.profile_window)
-    return [step_stats(rank, steps, window) for rank, steps in sorted(run.steps.items()) if steps]
+def run_stats(run: RunData, thresholds: Thresholds | None = None) -> list[StepStats]:
+    """:class:`StepStats` for every rank that recorded steps."""
+    th = thresholds or Thresholds()
+    out = []
+    for rank in sorted(run.steps):
+        stats = rank_stats(run, rank, th)
+        if stats is not None:
+            out.append(from_rank_stats(stats))
+    return out
+
+
+__all__ = ["StepStats", "from_rank_stats", "run_stats"]

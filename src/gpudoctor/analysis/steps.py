@@ -1,13 +1,19 @@
-"""Step statistics of one rank: warm-up dropped, medians, shares of step time, leak slope.
+"""Step statistics of one rank: warm-up dropped, medians, shares of step time, leak slope, tail.
 
-Medians, not means: one step that waits on a checkpoint or a worker restart must not make a whole
-run look data-loader bound. Shares are taken from medians of the same steps, so they are
-comparable with each other (a share is "of the typical step").
+The one place that computes a rank's step figures: the findings, the terminal table, ``--json``,
+the ``--try`` comparison and the HTML report all quote :class:`RankStepStats`.
+
+Medians for the shares: one step that waits on a checkpoint or a worker restart must not make a
+whole run look data-loader bound. Shares are taken from medians of the same steps, so they are
+comparable with each other (a share is "of the typical step"). Throughput is the mean (samples
+over the steady steps' total time): it is what the run delivers, slow steps included, and
+periodic stalls that the median hides show up in it and in :class:`Tail`.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,12 +23,7 @@ from gpudoctor.records.step import StepRecord
 
 def median(values: Sequence[float]) -> float | None:
     """Median of ``values``; ``None`` for an empty sequence."""
-    data = sorted(values)
-    n = len(data)
-    if n == 0:
-        return None
-    mid = n // 2
-    return float(data[mid]) if n % 2 else (data[mid - 1] + data[mid]) / 2.0
+    return float(statistics.median(values)) if len(values) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +41,13 @@ def least_squares(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
     ``r2`` is 1.0 when ``ys`` is constant (a flat line explains it fully).
     """
     n = len(xs)
-    if n < 3 or n != len(ys):
+    if n < 3 or n != len(ys) or len(set(xs)) < 2:
         return None
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return None
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    syy = sum((y - my) ** 2 for y in ys)
-    if syy == 0:
+    slope, intercept = statistics.linear_regression(xs, ys)
+    if len(set(ys)) < 2:
         return LineFit(slope=slope, intercept=intercept, r2=1.0)
-    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys))
-    return LineFit(slope=slope, intercept=intercept, r2=max(0.0, 1.0 - ss_res / syy))
+    r = statistics.correlation(xs, ys)
+    return LineFit(slope=slope, intercept=intercept, r2=max(0.0, min(1.0, r * r)))
 
 
 def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
@@ -79,6 +72,52 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
 
 
 @dataclass(frozen=True, slots=True)
+class Tail:
+    """Steps much slower than the typical one, which a median hides (one step in N that waits).
+
+    Attributes:
+        slow_steps: indices of the steady steps longer than ``tail_slow_factor`` x the median.
+        excess_ms: their time beyond the median step, summed.
+        excess_share: ``excess_ms`` over the total time of the steady steps: what the run loses.
+        period: median distance between consecutive slow steps (``None`` with fewer than two).
+        regular: three or more slow steps whose distances vary by at most a quarter of their
+            mean (a stall every N steps), not scattered as scheduling noise on a busy host is.
+        extra_data_wait_ms: mean data wait of the slow steps minus the median data wait.
+        extra_syncs: mean host syncs of the slow steps minus the median count.
+        p90_step_ms: 90th percentile of the steady steps' time.
+    """
+
+    slow_steps: tuple[int, ...]
+    excess_ms: float
+    excess_share: float
+    period: float | None
+    regular: bool
+    extra_data_wait_ms: float
+    extra_syncs: float
+    p90_step_ms: float
+
+
+def _tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs: float,
+          thresholds: Thresholds) -> Tail:
+    times = [s.step_ms for s in used]
+    slow = [s for s in used if step_ms > 0 and s.step_ms > thresholds.tail_slow_factor * step_ms]
+    excess = sum(s.step_ms - step_ms for s in slow)
+    total = sum(times)
+    gaps = [b.step - a.step for a, b in zip(slow, slow[1:])]
+    p90 = statistics.quantiles(times, n=10, method="inclusive")[-1] if len(times) > 1 else times[0]
+    return Tail(
+        slow_steps=tuple(s.step for s in slow),
+        excess_ms=excess,
+        excess_share=excess / total if total > 0 else 0.0,
+        period=median(gaps),
+        regular=len(gaps) >= 2 and statistics.pstdev(gaps) <= 0.25 * statistics.fmean(gaps),
+        extra_data_wait_ms=(sum(s.data_wait_ms for s in slow) / len(slow) - wait_ms) if slow else 0.0,
+        extra_syncs=(sum(s.host_syncs for s in slow) / len(slow) - syncs) if slow else 0.0,
+        p90_step_ms=p90,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class RankStepStats:
     """Medians of one rank's steady steps and what they imply.
 
@@ -99,6 +138,13 @@ class RankStepStats:
         alloc_retries: allocator retries added during the steady steps; ``ooms``: OOMs seen.
         nonfinite_steps: steps (all, warm-up included) whose loss was NaN or inf.
         scaler_scales, scaler_skips: GradScaler scale per steady step, and how many were skipped.
+        total_ms: the steady steps' time, summed; ``total_samples``: their samples (``None``
+            when a step's batch size is unknown). ``throughput`` is their ratio.
+        mean_data_wait_ms, mean_h2d_ms: the means of the data wait and of the copy issue time
+            (the breakdown of the mean step uses them).
+        mean_sync_ms: the mean host time blocked in synchronising calls (``None`` in older
+            recordings).
+        tail: the slow steps the median hides.
     """
 
     rank: int
@@ -125,6 +171,12 @@ class RankStepStats:
     nonfinite_steps: tuple[int, ...]
     scaler_scales: tuple[float, ...]
     scaler_skips: int
+    total_ms: float = 0.0
+    total_samples: int | None = None
+    mean_data_wait_ms: float = 0.0
+    mean_h2d_ms: float | None = None
+    mean_sync_ms: float | None = None
+    tail: Tail | None = None
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -146,9 +198,21 @@ class RankStepStats:
 
     @property
     def samples_per_s(self) -> float | None:
-        if self.samples is None or self.step_ms <= 0:
+        """Samples per second over the steady steps (a mean: slow steps count)."""
+        if self.total_samples is None or self.total_ms <= 0:
             return None
-        return self.samples / (self.step_ms / 1000.0)
+        return self.total_samples / (self.total_ms / 1000.0)
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.n_used / (self.total_ms / 1000.0) if self.total_ms > 0 else None
+
+    @property
+    def throughput(self) -> tuple[float | None, str]:
+        """(samples/s, "samples/s") when every steady step knows its batch size, else steps/s."""
+        if self.samples_per_s is not None:
+            return self.samples_per_s, "samples/s"
+        return self.steps_per_s, "steps/s"
 
 
 def _nonfinite(step: StepRecord) -> bool:
@@ -161,6 +225,11 @@ def _median_opt(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     # a probe that measured only some steps: trust it when it covered at least half of them
     return median(known) if known and len(known) * 2 >= len(values) else None
+
+
+def _mean_opt(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known and len(known) * 2 >= len(values) else None
 
 
 def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
@@ -181,16 +250,20 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         base = before[-1].alloc_retries if before else mems[0][1].alloc_retries
         retries = max(0, mems[-1][1].alloc_retries - base)
     scales = tuple(s.scaler_scale for s in used if s.scaler_scale is not None)
+    step_ms = median([s.step_ms for s in used]) or 0.0
+    wait_ms = median([s.data_wait_ms for s in used]) or 0.0
+    syncs = median([float(s.host_syncs) for s in used]) or 0.0
+    samples = [s.samples for s in used]
     return RankStepStats(
         rank=used[0].rank,
         n_total=len(steps),
         n_used=len(used),
-        step_ms=median([s.step_ms for s in used]) or 0.0,
+        step_ms=step_ms,
         mean_step_ms=sum(s.step_ms for s in used) / len(used),
-        data_wait_ms=median([s.data_wait_ms for s in used]) or 0.0,
+        data_wait_ms=wait_ms,
         h2d_ms=_median_opt([s.h2d_ms for s in used]),
         gpu_ms=_median_opt([s.gpu_ms for s in used]),
-        host_syncs=median([float(s.host_syncs) for s in used]) or 0.0,
+        host_syncs=syncs,
         h2d_copies=median([float(s.h2d_copies) for s in used]) or 0.0,
         h2d_bytes=median([float(s.h2d_bytes) for s in used]) or 0.0,
         h2d_pageable_bytes=median([float(s.h2d_pageable_bytes) for s in used]) or 0.0,
@@ -206,7 +279,13 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         nonfinite_steps=tuple(s.step for s in sorted(steps, key=lambda s: s.step) if _nonfinite(s)),
         scaler_scales=scales,
         scaler_skips=sum(1 for s in used if s.scaler_skipped),
+        total_ms=sum(s.step_ms for s in used),
+        total_samples=sum(samples) if all(n is not None for n in samples) else None,  # type: ignore[arg-type]
+        mean_data_wait_ms=sum(s.data_wait_ms for s in used) / len(used),
+        mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
+        mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
+        tail=_tail(used, step_ms, wait_ms, syncs, thresholds),
     )
 
 
-__all__ = ["LineFit", "RankStepStats", "least_squares", "median", "rank_step_stats", "steady_steps"]
+__all__ = ["LineFit", "RankStepStats", "Tail", "least_squares", "median", "rank_step_stats", "steady_steps"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from gpudoctor.analysis.breakdown import host_active_ms
 from gpudoctor.analysis.facts import RankFacts, RunFacts
-from gpudoctor.analysis.prescription import ms, pct, performance_finding
+from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 
@@ -11,12 +12,15 @@ CODE_HOST_SYNC = "GD-RUN-HOST-SYNC"
 
 
 def unexplained_idle(rf: RankFacts) -> float | None:
-    """GPU idle share of the step not explained by waiting for data or copies.
+    """GPU idle share of the step not explained by waiting for data, copies or collectives.
 
     That is the idle time the host's own work causes: launching, Python, and - after a sync -
-    the gap until the next kernels are queued. The busy share is the window's GPU time per step
-    over the median un-profiled step (:attr:`RankFacts.busy_frac` says why not the window's own).
+    the gap until the next kernels are queued: the ``host`` part of the breakdown
+    (:mod:`gpudoctor.analysis.breakdown`). Without a GPU timeline, from NVML's utilisation.
     """
+    b = rf.breakdown
+    if b.gpu_timeline:
+        return b.share("host")
     busy = rf.busy_frac
     if busy is None:
         return None
@@ -32,7 +36,10 @@ def check_host_sync(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """
     if not facts.on_gpu or not facts.ranks:
         return []
-    rf = facts.ranks[0]
+    return worst_rank(facts.ranks, lambda rf: _host_sync(rf, th), lambda rf: rf.rank)
+
+
+def _host_sync(rf: RankFacts, th: Thresholds) -> list[Finding]:
     # the probes do not count GradScaler.step()'s own found-inf read: it is required
     syncs = rf.stats.host_syncs
     if syncs < th.sync_min_per_step:
@@ -40,20 +47,31 @@ def check_host_sync(facts: RunFacts, th: Thresholds) -> list[Finding]:
     idle = unexplained_idle(rf)
     if idle is None:
         return []
+    cost = rf.sync_cost_share
+    if cost is not None and cost < th.info_gain and idle >= th.idle_min_share:
+        # the host's own work fills the step: without the syncs it could not run far enough
+        # ahead to feed the GPU, so removing them frees little (GD-RUN-LAUNCH-BOUND or the
+        # host's other work is the cause)
+        return [_host_bound_syncs_note(rf, syncs, cost)]
     if idle < th.idle_min_share:
-        # the GPU stays fed despite the syncs: reading a loss per step is then fine, and telling
-        # the user to remove them would promise a gain the records do not show
+        # the GPU stays fed despite the syncs (a GPU-bound host blocks in them while the GPU
+        # runs queued work): reading a loss per step is then fine, and telling the user to
+        # remove them would promise a gain the records do not show
         return [_cheap_syncs_note(rf, syncs, idle, th)]
     evidence = [
         f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",
-        f"GPU idle {pct(1.0 - (rf.busy_frac or 0.0))} of a {ms(rf.stats.step_ms)} step; "
-        f"{pct(idle)} not explained by data wait or copies",
+        f"GPU idle {pct(1.0 - (rf.busy_frac or 0.0))} of a {ms(rf.breakdown.step_ms)} mean step; "
+        f"{pct(idle)} not explained by data wait, copies or collectives",
     ]
     if rf.window is not None and rf.window.sync_calls:
         evidence.append(f"profiler window: {rf.window.sync_calls} synchronising calls, "
                         f"{rf.window.sync_ms:.1f} ms blocked, over {rf.window_steps} steps")
+    if cost is not None:
+        evidence.append(f"without them the host would queue the next step while the GPU works: "
+                        f"at least {pct(cost)} of the step saved (host work ~{ms(host_active_ms(rf.stats, rf.window))}, "
+                        f"GPU busy {ms(rf.breakdown.gpu_busy_ms)} per step), at most {pct(idle)}")
     return performance_finding(
-        code=CODE_HOST_SYNC, gain=idle, thresholds=th,
+        code=CODE_HOST_SYNC, gain=idle if cost is None else cost, thresholds=th,
         title=f"Host-sync bound: {syncs:.0f} sync(s) per step keep the GPU idle {pct(idle)} of it",
         evidence=evidence,
         fix=(
@@ -66,6 +84,24 @@ def check_host_sync(facts: RunFacts, th: Thresholds) -> list[Finding]:
     )
 
 
+def _host_bound_syncs_note(rf: RankFacts, syncs: float, cost: float) -> Finding:
+    """INFO: the loop syncs every step, but the host's own work (Python, launches) already takes
+    longer than the GPU's, so the host could not run ahead without the syncs either."""
+    return Finding(
+        code=CODE_HOST_SYNC, severity=Severity.INFO,
+        title=f"{syncs:.0f} host sync(s) per step cost at most {pct(cost)} here: the host's own "
+              "work is the bottleneck",
+        evidence=(
+            f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",
+            f"GPU busy {pct(rf.busy_frac)} of a {ms(rf.breakdown.step_ms)} mean step: the host launches "
+            "work more slowly than the GPU runs it, syncs or not",
+        ),
+        fix=("# make the host's work per step smaller first (see the launch-bound finding);\n"
+             "# then read metrics every N steps instead of every step"),
+        expected_gain=None,
+    )
+
+
 def _cheap_syncs_note(rf: RankFacts, syncs: float, idle: float, th: Thresholds) -> Finding:
     """INFO, no expected gain: the loop syncs every step, but the GPU idles too little for it.
 
@@ -75,7 +111,7 @@ def _cheap_syncs_note(rf: RankFacts, syncs: float, idle: float, th: Thresholds) 
     """
     evidence = [
         f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",
-        f"GPU busy {pct(rf.busy_frac)} of a {ms(rf.stats.step_ms)} step; at most {pct(idle)} "
+        f"GPU busy {pct(rf.busy_frac)} of a {ms(rf.breakdown.step_ms)} mean step; at most {pct(idle)} "
         f"idle that data wait or copies do not explain (it matters from "
         f"{pct(th.idle_min_share)})",
     ]

@@ -70,6 +70,18 @@ class Thresholds:
             ``sched_min_granularity`` scaled by the core count); a difference under 2 ms cannot
             be told from that. It is what fired on a 12-step, 2-rank gloo run on 2 busy CPU
             cores (rank 0 4.67 ms, rank 1 3.01 ms per step): 1.7 ms of scheduling noise.
+        tail_slow_factor: a steady step longer than this many median steps is a slow step. 1.5:
+            in the H200 recordings of workloads without stalls the 90th percentile step is
+            1.01-1.24 medians (tests/fixtures/runs: basic_user, item_every_step, pageable_copies,
+            tiny_batch, ...), so 1.5 is outside that jitter, while a loader that stalls for half
+            a step every N steps still counts.
+        tail_max_slow_frac: at most this share of the steady steps may be slow for them to be
+            stalls: with more, the step time is bimodal, not stalling (a GPU-bound host alternates
+            between a full and a draining launch queue: the H200 ``clean`` recording has 3.5 ms
+            and 18.7 ms steps, 40% of them long; a CPU run on 2 busy cores varies 52-3,600 ms).
+        tail_min_excess: the slow steps must cost this share of the run's time (beyond what
+            median steps would have taken) for a periodic-stall finding; 10%, the same bar as
+            ``warn_gain``, since the gain of removing them is exactly that share.
         straggler_min_steps: steady steps every rank needs before the straggler rule judges.
             Ranks that meet in a collective every step are never more than about one step apart,
             so the means of n steps differ by up to 2 steps / n from where the count starts and
@@ -107,6 +119,9 @@ class Thresholds:
     straggler_min_skew: float = 0.10
     straggler_min_ms: float = 2.0
     straggler_min_steps: int = 20
+    tail_slow_factor: float = 1.5
+    tail_max_slow_frac: float = 0.25
+    tail_min_excess: float = 0.10
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -117,7 +132,7 @@ class Thresholds:
                      "pageable_min_share", "idle_min_share", "tiny_kernel_min_frac",
                      "compute_min_busy", "leak_min_r2", "frag_min_waste_frac",
                      "headroom_max_mem_frac", "headroom_max_busy", "scaler_max_skip_frac",
-                     "comm_min_exposed_share", "straggler_min_skew"):
+                     "comm_min_exposed_share", "straggler_min_skew", "tail_min_excess", "tail_max_slow_frac"):
             if getattr(self, name) > 1:
                 raise ValueError(f"Thresholds.{name} is a share; give a value between 0 and 1")
         if self.info_gain > self.warn_gain:

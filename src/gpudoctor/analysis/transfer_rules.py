@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
-from gpudoctor.analysis.prescription import ms, pct, performance_finding
+from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.units import human_bytes
@@ -44,8 +44,12 @@ def check_per_sample_copies(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """
     if not facts.on_gpu:
         return []
+    return worst_rank(facts.ranks, lambda rf: _per_sample(rf, th), lambda rf: rf.rank)
+
+
+def _per_sample(rf: RankFacts, th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
-    for rf in facts.ranks[:1]:
+    for rf in (rf,):
         if not per_sample_copies(rf, th):
             continue
         s = rf.stats
@@ -87,7 +91,10 @@ def check_pageable(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """
     if not facts.on_gpu or not facts.ranks:
         return []
-    rf = facts.ranks[0]
+    return worst_rank(facts.ranks, lambda rf: _pageable(rf, th), lambda rf: rf.rank)
+
+
+def _pageable(rf: RankFacts, th: Thresholds) -> list[Finding]:
     s = rf.stats
     if s.h2d_bytes < th.h2d_min_bytes_per_step or per_sample_copies(rf, th):
         return []

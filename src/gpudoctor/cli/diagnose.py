@@ -59,8 +59,9 @@ def analyse(run: Any) -> list | None:
     return findings
 
 
-def render(run: Any, findings: list | None, console: Any) -> None:
-    """Print the run summary, then the findings (or why there are none)."""
+def render(run: Any, findings: list | None, console: Any, *, top: int = 5) -> None:
+    """Print the run summary, then the findings (or why there are none); ``top``: how many of
+    the profiler window's kernels and CPU ops to list."""
     from gpudoctor.report.run_summary import render_summary
 
     view = findings is not None and run.steps and _available(FINDINGS_VIEW_MODULE)
@@ -73,22 +74,35 @@ def render(run: Any, findings: list | None, console: Any) -> None:
     elif view:
         from gpudoctor.report.findings_view import render_findings
 
-        console.print(render_findings(run, findings))
+        console.print(render_findings(run, findings, top=top))
     else:
         for f in findings:
             console.print(f"[{f.severity.value}] {f.code}: {f.title}", highlight=False, markup=False)
+            for line in f.evidence:  # a run without steps: the evidence is all there is (stacks)
+                console.print(f"  - {line}", highlight=False, markup=False)
 
 
 def payload(run: Any, findings: list | None) -> dict:
     """The ``--json`` form of a diagnosed run."""
+    from gpudoctor.analysis.facts import run_facts
     from gpudoctor.analysis.run_stats import run_stats
+    from gpudoctor.analysis.thresholds import Thresholds
 
+    facts = run_facts(run, Thresholds())
     return {
         "run_dir": str(run.path),
         "manifest": run.manifest,
         "stats": run_stats(run),
+        "breakdown": [{"rank": rf.rank, "gpu_busy_frac": rf.busy_frac, **_plain(rf.breakdown)}
+                      for rf in facts.ranks],
         "findings": findings,
     }
+
+
+def _plain(breakdown: Any) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(breakdown)
 
 
 def register(app: typer.Typer) -> None:
@@ -96,6 +110,7 @@ def register(app: typer.Typer) -> None:
     def diagnose(
         run_dir: Path = typer.Argument(..., help="A run directory made by `gpudoctor run`."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+        top: int = typer.Option(5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none)."),
     ) -> None:
         """Re-analyse a recorded run directory and print its findings."""
         from gpudoctor.cli.output import emit_json, stdout_console
@@ -105,4 +120,4 @@ def register(app: typer.Typer) -> None:
         if json_output:
             emit_json(payload(run, findings))
         else:
-            render(run, findings, stdout_console())
+            render(run, findings, stdout_console(), top=top)

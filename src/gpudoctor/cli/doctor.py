@@ -83,8 +83,9 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         steps: int = typer.Option(None, "--steps", help="Optimizer steps to measure per run (default 60; "
                                   "100 when the fix to prove is compile)."),
-        out: Path = typer.Option(None, "--out", help="Where the run directories and report go "
-                                 "(default gpudoctor-runs/<time>-doctor-<name>)."),
+        out: Path = typer.Option(None, "--out", help="Where the run directories and report go: a new "
+                                 "directory (default gpudoctor-runs/<time>-doctor-<name>)."),
+        force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_fix: bool = typer.Option(True, "--try/--no-try",
                                      help="Re-run with the top finding's fix injected and measure the gain."),
         size: str = typer.Option("auto", "--size", help="Size of the embedded workload when no command "
@@ -119,6 +120,10 @@ def register(app: typer.Typer) -> None:
             raise GpuDoctorUserError(f"--size {size!r} is not one of {', '.join(SIZES)}")
         if timeout <= 0:
             raise GpuDoctorUserError(f"--timeout must be a positive number of seconds, got {timeout}")
+        if out is not None:  # before the minute of checks: a bad --out is refused at once
+            from gpudoctor.collectors import outdir
+
+            outdir.claim(out, force=force)
         err, console = stderr_console(), stdout_console()
         say = (lambda message: err.print(message, highlight=False, markup=False))
         start = time.perf_counter()

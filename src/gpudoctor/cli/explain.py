@@ -4,6 +4,7 @@ and fix. Parses input, calls :func:`gpudoctor.explain.explain_text`, renders."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,24 @@ def _looks_like_path(arg: str) -> bool:
     )
 
 
+_SNIFF = 64 * 1024
+
+
+def refuse_binary(head: bytes, name: str) -> None:
+    """Refuse input that is not text (a core dump, a checkpoint, a gzip): NUL bytes, or mostly
+    bytes that are neither printable ASCII, whitespace nor UTF-8, in the first 64 KiB."""
+    if not head:
+        return
+    if b"\0" in head:
+        raise GpuDoctorUserError(f"{name} is binary (it contains NUL bytes), not a log: pass the "
+                                 "text log (decompress it first if it is .gz)")
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") + sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\f\v\x1b")
+    if bad > max(8, len(text) // 10):
+        raise GpuDoctorUserError(f"{name} does not look like text ({bad} of {len(text)} characters are "
+                                 "not printable): pass the text log")
+
+
 def read_input(arg: str | None) -> str:
     """The text to explain: stdin for ``-`` (or no argument with piped input), a file's content,
     or the argument itself."""
@@ -29,7 +48,9 @@ def read_input(arg: str | None) -> str:
                 "give an error message, a log file, or '-' to read the log from stdin, e.g. "
                 "gpudoctor explain train.log  or  python train.py 2>&1 | gpudoctor explain -"
             )
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        refuse_binary(data[:_SNIFF], "stdin")
+        return data.decode("utf-8", errors="replace")
     if "\n" not in arg and len(arg) < 4096:
         path = Path(arg)
         try:
@@ -40,7 +61,10 @@ def read_input(arg: str | None) -> str:
             raise GpuDoctorUserError(f"{arg} is a directory; pass the log file inside it")
         if is_file:
             try:
-                return path.read_text(encoding="utf-8", errors="replace")
+                with path.open("rb") as handle:
+                    refuse_binary(handle.read(_SNIFF), arg)
+                    handle.seek(0)
+                    return handle.read().decode("utf-8", errors="replace")
             except OSError as exc:
                 raise GpuDoctorUserError(f"cannot read {arg}: {exc.strerror}") from None
         if _looks_like_path(arg):
@@ -68,6 +92,16 @@ def register(app: typer.Typer) -> None:
         from gpudoctor.cli.output import EXIT_FINDINGS, emit_json, fail, stdout_console
         from gpudoctor.explain import explain_text
 
+        if source is not None and re.fullmatch(r"(?i)GD\d{3}", source.strip()):
+            from gpudoctor.lint.docs import rule_page
+            from gpudoctor.lint.registry import RULES_BY_CODE
+
+            rule = RULES_BY_CODE.get(source.strip().upper())
+            if rule is None:
+                fail(f"no lint rule {source.strip().upper()}: `gpudoctor lint --help` lists the codes "
+                     "(docs/lint.md has them all)")
+            typer.echo(rule_page(rule), nl=False)
+            return
         try:
             text = read_input(source)
         except GpuDoctorUserError as exc:

@@ -72,7 +72,8 @@ def run(
     ctx: typer.Context,
     steps: int = typer.Option(20, "--steps", help="Stop after N optimizer steps (the per-step curve)."),
     stages: int = typer.Option(3, "--stages", help="Probe each stage of the first K steps."),
-    out: Path = typer.Option(None, "--out", help="Run directory (default gpudoctor-runs/<time>-<name>)."),
+    out: Path = typer.Option(None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
+    force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     first_step_timeout: float = typer.Option(
         120.0, "--first-step-timeout", help="Stop the script if no optimizer step happens by then (s)."
@@ -95,6 +96,9 @@ def run(
         raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor memory run -- python train.py")
     resolve_command(command)
     base = out if out is not None else default_run_dir(command)
+    from gpudoctor.collectors import outdir
+
+    outdir.claim(base, force=force)
     try:
         result = memory_run(command, base, steps=steps, stages=stages,
                             child_stdout_to_stderr=json_output, first_step_timeout_s=first_step_timeout)

@@ -2,7 +2,8 @@
 
 Parses, calls :func:`gpudoctor.collectors.launch.run_instrumented`, diagnoses the run directory
 and renders. Exit code: the script's own when it failed (128+N when killed by signal N), 130
-when interrupted, 1 when it made no optimizer step (or not before the first-step timeout), else 0.
+when interrupted, 1 when it made no optimizer step (or not before the first-step timeout) or
+stalled, else 0.
 """
 
 from __future__ import annotations
@@ -48,8 +49,42 @@ def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
     if outcome.message:
         stderr_console().print(f"gpudoctor: {outcome.message}", highlight=False, markup=False)
     run = diag.load(outcome.run_dir)
-    findings = diag.analyse(run) if run.steps else None
+    # A run stopped before its first step still has a diagnosis when it left stacks behind.
+    findings = diag.analyse(run) if run.steps or run.stacks else None
     return outcome, run, findings
+
+
+_EXPLAIN_TAIL = 300  # lines of stdout.log read for a crash's explanation
+
+
+def crash_explanation(run: Any) -> Any:
+    """A crashed run's best ``gpudoctor explain`` match on the end of its output, or ``None``."""
+    if run.manifest.status != "crashed":
+        return None
+    from gpudoctor.explain import explain_text
+    from gpudoctor.records.rundir import STDOUT
+
+    try:
+        lines = (run.path / STDOUT).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = run.manifest.error.splitlines()
+    report = explain_text("\n".join(lines[-_EXPLAIN_TAIL:]))
+    return (report.roots or report.matches or (None,))[0]
+
+
+def render_crash_explanation(run: Any, match: Any, console: Any) -> None:
+    """Under the findings: the explain entry of a crash, or the command that looks for one."""
+    if run.manifest.status != "crashed":
+        return
+    where = run.path / "stdout.log"
+    if match is None:
+        console.print(f"no known failure matched the error; the statements found: gpudoctor explain {where}",
+                      highlight=False, markup=False)
+        return
+    from gpudoctor.report.explain_view import match_block
+
+    console.print(f"the crash, explained (gpudoctor explain {where}):", highlight=False, markup=False)
+    console.print(match_block(1, match))
 
 
 def register(app: typer.Typer) -> None:
@@ -58,7 +93,10 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (default 60)."),
         full: bool = typer.Option(False, "--full", help="Let the script run to its end."),
-        out: Path = typer.Option(None, "--out", help="Run directory (default gpudoctor-runs/<time>-<name>)."),
+        out: Path = typer.Option(
+            None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."
+        ),
+        force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_knobs: str = typer.Option(
             None, "--try", help="Re-run with knobs injected (num_workers=N, pin_memory, persistent_workers, "
             "prefetch_factor=N, non_blocking, tf32, cudnn_benchmark, expandable_segments, bf16, fp16, "
@@ -74,7 +112,12 @@ def register(app: typer.Typer) -> None:
         ),
         keep_trace: bool = typer.Option(False, "--keep-trace", help="Also keep the window's Chrome trace."),
         first_step_timeout: float = typer.Option(
-            120.0, "--first-step-timeout", help="Stop the script if no optimizer step happens by then (s)."
+            120.0, "--first-step-timeout",
+            help="Stop the script, with every rank's stacks, if no optimizer step happens by then (s).",
+        ),
+        stall_timeout: float = typer.Option(
+            30.0, "--stall-timeout",
+            help="A stall: no optimizer step for max(S, 20 x the median step); stop it with every rank's stacks.",
         ),
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
@@ -84,6 +127,7 @@ def register(app: typer.Typer) -> None:
         """
         from gpudoctor.cli import diagnose as diag
         from gpudoctor.cli.output import emit_json, stdout_console
+        from gpudoctor.collectors import outdir
         from gpudoctor.collectors.launch import DEFAULT_STEPS, default_run_dir, resolve_command
         from gpudoctor.collectors.knobs import parse_knobs
 
@@ -104,16 +148,22 @@ def register(app: typer.Typer) -> None:
             "profile": not no_profile,
             "profile_window": parse_window(window) if window is not None else None,
             "first_step_timeout_s": first_step_timeout,
+            "stall_timeout_s": stall_timeout,
             "keep_trace": keep_trace,
             "child_stdout_to_stderr": json_output,
         }
+        _spec(command, base, **options)  # bad options: refused before --force removes anything
+        outdir.claim(base, force=force)
         console = stdout_console()
         if not knobs:
             outcome, rundata, findings = _one(_spec(command, base, **options), json_output)
+            explained = crash_explanation(rundata)
             if json_output:
-                emit_json({**diag.payload(rundata, findings), "exit_code": outcome.exit_code})
+                extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
+                emit_json({**diag.payload(rundata, findings), **extra, "exit_code": outcome.exit_code})
             else:
                 diag.render(rundata, findings, console)
+                render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
             raise typer.Exit(outcome.exit_code)
 
@@ -173,9 +223,9 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
         diag.render(b_run, findings[str(b_run.path)], console)
         if comparison is not None:
             console.print(render_try(comparison))
-        if result.exit_code != 0:
-            say(f"a run with --try {','.join(str(k) for k in knobs)} failed "
-                f"({result.tried[-1][0].manifest.status}); see its stdout.log")
+        for outcome, data in result.baseline + result.tried:
+            if outcome.exit_code != 0:
+                say(f"the run in {data.path} ended {outcome.manifest.status}; see its stdout.log")
         dirs = ", ".join(f"{path} ({arm})" for arm, path in (comparison.run_dirs if comparison else ()))
         console.print(f"run directories: {dirs or base}", highlight=False, markup=False)
     raise typer.Exit(result.exit_code)

@@ -6,10 +6,10 @@ every rank torchrun starts. The child's stdout and stderr stream live to ours (s
 under ``--json``, so JSON stays clean) and are teed to ``stdout.log``. The parent samples the
 GPUs (NVML) and the host while the child runs.
 
-Ending: the child's exit code passes through; a child killed by signal N gives 128+N. Ctrl-C
-(SIGINT to gpudoctor) sends SIGINT to the child's process group (a SIGTERM to gpudoctor is passed
-on as SIGTERM), then SIGTERM and SIGKILL after a grace period (a second Ctrl-C skips the wait). Whatever ended the run, the
-manifest and the records gathered so far are written.
+Ending: the child's exit code passes through; a child killed by signal N gives 128+N. A stall
+(no optimizer step for a while), Ctrl-C and the first-step timeout first write every probed
+process's Python stacks, then stop the child's process group (:mod:`gpudoctor.collectors.supervise`).
+Whatever ended the run, the manifest and the records gathered so far are written.
 """
 
 from __future__ import annotations
@@ -26,23 +26,24 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import gpudoctor
-from gpudoctor.collectors import instrument
+from gpudoctor.collectors import instrument, outdir, stacks
 from gpudoctor.collectors.knobs import Knob, child_env
+from gpudoctor.collectors.supervise import Supervisor, signal_group
 from gpudoctor.collectors.watch import Tee, start_samplers, stop_samplers
 from gpudoctor.errors import GpuDoctorUserError
-from gpudoctor.records.base import SchemaError, read_jsonl, write_json
-from gpudoctor.records.rundir import KIND_MANIFEST, KIND_STEPS, MANIFEST, STDOUT
-from gpudoctor.records.run import RunManifest
-from gpudoctor.records.step import StepRecord
+from gpudoctor.records.base import SchemaError, read_json, write_json
+from gpudoctor.records.rundir import KIND_CONFIG, KIND_MANIFEST, MANIFEST, STDOUT, read_steps
+from gpudoctor.records.run import RankConfig, RunManifest
 
 DEFAULT_STEPS = 60
 WINDOW_STEPS = 5
 MIN_WARMUP = 5  # steps before the window: CUDA/cuDNN start-up, allocator growth, first compiles
 FULL_WINDOW = (10, 14)  # --full: the end is unknown, so the window comes early
 EXIT_INTERRUPTED = 130
+STALL_TIMEOUT_S = 30.0
+FIRST_STEP_TIMEOUT_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,7 +56,10 @@ class RunSpec:
         steps: stop after this many optimizer steps; ``None`` runs the script to its end.
         profile: take the short profiler window.
         knobs: ``--try`` knobs to inject.
-        first_step_timeout_s: stop the child when no optimizer step happened by then.
+        first_step_timeout_s: stop the child, with every rank's stacks, when no optimizer step
+            happened by then.
+        stall_timeout_s: stop the child, with every rank's stacks, when no optimizer step
+            happened for ``max(stall_timeout_s, 20 x the median step)``.
         keep_trace: also write the window's Chrome trace (``trace-rank{N}.json``).
         child_stdout_to_stderr: send the child's stdout to our stderr (for ``--json``).
         echo_child: show the child's output live; ``False`` keeps it in ``stdout.log`` only.
@@ -72,7 +76,8 @@ class RunSpec:
     steps: int | None = DEFAULT_STEPS
     profile: bool = True
     knobs: tuple[Knob, ...] = ()
-    first_step_timeout_s: float = 120.0
+    first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
+    stall_timeout_s: float = STALL_TIMEOUT_S
     keep_trace: bool = False
     child_stdout_to_stderr: bool = False
     echo_child: bool = True
@@ -88,6 +93,8 @@ class RunSpec:
             raise ValueError(f"--steps {self.steps}: must be at least 1 (or use --full)")
         if not self.first_step_timeout_s > 0:
             raise ValueError(f"--first-step-timeout {self.first_step_timeout_s}: must be > 0 seconds")
+        if not self.stall_timeout_s > 0:
+            raise ValueError(f"--stall-timeout {self.stall_timeout_s}: must be > 0 seconds")
         if self.memory_stages < 0:
             raise ValueError(f"--stages {self.memory_stages}: must be at least 1 (0 turns memory mode off)")
         if not self.grace_s >= 0:
@@ -199,25 +206,12 @@ def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> d
     return env
 
 
-def _steps_seen(run_dir: Path) -> bool:
-    """Has any rank finished an optimizer step? (config files are written at the first one)"""
-    if any(run_dir.glob("config-rank*.json")):
-        return True
-    for path in run_dir.glob("steps-rank*.jsonl"):
-        try:
-            if path.stat().st_size > 0 and path.read_bytes().count(b"\n") >= 2:
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _steps_per_rank(run_dir: Path) -> dict[int, int]:
     counts: dict[int, int] = {}
     for path in sorted(run_dir.glob("steps-rank*.jsonl")):
         rank = int(path.stem.removeprefix("steps-rank"))
         try:
-            counts[rank] = sum(1 for _ in read_jsonl(path, StepRecord, kind=KIND_STEPS))
+            counts[rank] = len(read_steps(path))
         except (SchemaError, OSError):
             counts[rank] = 0
     return counts
@@ -232,24 +226,29 @@ def _ranks(run_dir: Path) -> list[int]:
     return sorted(ranks)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _pid_ranks(run_dir: Path) -> dict[int, int]:
+    """pid -> rank, from the rank configs (written at each rank's first step)."""
+    out = {}
+    for path in run_dir.glob("config-rank*.json"):
+        try:
+            config = read_json(path, RankConfig, kind=KIND_CONFIG)
+        except (SchemaError, OSError):
+            continue
+        out[config.pid] = config.rank
+    return out
 
 
 def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None) -> RunOutcome:
     """Run ``spec.command`` under the probes; write the run directory; return how it ended.
 
-    Raises :class:`GpuDoctorUserError` when the command cannot be started (nothing is run then).
+    Raises :class:`GpuDoctorUserError` when the command cannot be started or ``spec.run_dir``
+    holds anything (nothing is run or touched then; ``--force`` is :func:`outdir.claim`'s).
     ``say`` receives progress messages for the user (stderr).
     """
     say = say or (lambda message: print(message, file=sys.stderr, flush=True))
     command = resolve_command(tuple(spec.command))
     run_dir = spec.run_dir
-    if (run_dir / MANIFEST).exists():
-        raise GpuDoctorUserError(f"{run_dir} already holds a run; pick a new --out directory")
+    outdir.claim(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if not spec.profile:
@@ -270,16 +269,6 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
         profile_window=tuple(spec.window or ()),
     )
     write_json(run_dir / MANIFEST, manifest, kind=KIND_MANIFEST)
-
-    stop_reason = ""
-    interrupts = 0
-    received = signal.SIGINT
-
-    def on_signal(signum: int, frame: Any) -> None:
-        nonlocal interrupts, stop_reason, received
-        interrupts += 1
-        if not stop_reason:
-            stop_reason, received = "interrupted", signum
 
     log = (run_dir / STDOUT).open("wb")
     out_target = sys.stderr.buffer if spec.child_stdout_to_stderr else sys.stdout.buffer
@@ -304,49 +293,22 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
         Tee(proc.stdout, out_target if spec.echo_child else None, log, lock, out_tail),
         Tee(proc.stderr, sys.stderr.buffer if spec.echo_child else None, log, lock, err_tail),
     ]
+    watch = Supervisor(proc, run_dir, first_step_timeout_s=spec.first_step_timeout_s,
+                       stall_timeout_s=spec.stall_timeout_s, grace_s=spec.grace_s, say=say)
     previous = {}
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
+            previous[sig] = signal.signal(sig, watch.on_signal)
     samplers = start_samplers(run_dir, proc.pid, notes) if spec.sample_gpu else []
-    started = time.monotonic()
-    first_step = False
-    deadline: float | None = None
-    escalation = 0
-    message = ""
     try:
-        while proc.poll() is None:
-            time.sleep(0.1)
-            if not first_step and _steps_seen(run_dir):
-                first_step = True
-            if not first_step and not stop_reason and time.monotonic() - started > spec.first_step_timeout_s:
-                stop_reason = "timeout"
-                message = (
-                    f"no optimizer step in {spec.first_step_timeout_s:g} s: the script never called "
-                    "optimizer.step() (or is stuck before its first step); stopping it. Raise "
-                    "--first-step-timeout if its start-up is slow."
-                )
-                say(f"gpudoctor: {message}")
-            if stop_reason and deadline is None:
-                # Pass on the signal gpudoctor got (Ctrl-C -> SIGINT, kill -> SIGTERM).
-                first_signal = received if stop_reason == "interrupted" else signal.SIGTERM
-                _signal_group(proc.pid, first_signal)
-                deadline = time.monotonic() + spec.grace_s
-                if stop_reason == "interrupted":
-                    say("gpudoctor: interrupted; stopping the script and writing what was gathered "
-                        "(Ctrl-C again to kill it now)")
-            elif deadline is not None and (time.monotonic() > deadline or interrupts > 1):
-                escalation += 1
-                _signal_group(proc.pid, signal.SIGTERM if escalation == 1 and interrupts <= 1 else signal.SIGKILL)
-                deadline = time.monotonic() + 5.0
-        proc.wait()
+        watch.watch()
     finally:
         for tee in tees:
             tee.thread.join(timeout=3.0)
         if any(tee.thread.is_alive() for tee in tees):
             # Grandchildren (orphaned loader workers, ...) still hold the pipes: end them.
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             for tee in tees:
                 tee.thread.join(timeout=2.0)
         with lock:
@@ -357,9 +319,10 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
                 signal.signal(sig, handler)
     rc = proc.returncode
     counts = _steps_per_rank(run_dir)
+    stacks.settle(run_dir, _pid_ranks(run_dir))
     ranks = _ranks(run_dir)
     steps_done = max(counts.values(), default=0)
-    status, error = _status(spec, rc, stop_reason, steps_done, err_tail or out_tail)
+    status, error = _status(spec, rc, watch.stop_reason, steps_done, err_tail or out_tail)
     window = spec.window
     if window is not None and 0 < steps_done <= window[0] and status == "completed":
         notes.append(
@@ -367,8 +330,13 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
             f"(steps {window[0]}-{window[1]}): no kernel-level evidence; run it again with "
             f"--steps {steps_done} to profile its last steps"
         )
-    if status == "timeout":
-        error, message = message, ""  # already said live; the manifest keeps the explanation
+    message = ""
+    if status in ("timeout", "stalled"):
+        error = watch.message  # already said live; the manifest keeps the explanation
+        if status == "stalled":
+            notes.append(f"stalled at step {min(counts.values(), default=0)}")
+    elif status == "interrupted" and watch.idle_s is not None:
+        notes.append(f"interrupted at step {steps_done}, {watch.idle_s:.1f} s after the last optimizer step")
     elif status == "no_steps":
         message = (
             "the script exited without a single optimizer step: gpudoctor measures training "
@@ -386,6 +354,8 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
         world_size=len(ranks) or None,
         notes=tuple(notes),
         steps_recorded=tuple(counts.get(r, 0) for r in ranks),
+        idle_s=round(watch.idle_s, 1) if watch.idle_s is not None else None,
+        stall_limit_s=watch.limit_s,
     )
     write_json(run_dir / MANIFEST, final, kind=KIND_MANIFEST)
     return RunOutcome(run_dir=run_dir, manifest=final, exit_code=_exit_code(status, rc), message=message)
@@ -395,8 +365,8 @@ def _status(spec: RunSpec, rc: int, stop_reason: str, steps_done: int, tail: deq
     error = ""
     if stop_reason == "interrupted":
         return "interrupted", error
-    if stop_reason == "timeout":
-        return "timeout", "no optimizer step within the first-step timeout"
+    if stop_reason in ("timeout", "stalled"):
+        return stop_reason, ""
     if rc != 0:
         lines = [line.decode("utf-8", "replace").rstrip() for line in tail]
         return "crashed", "\n".join(line for line in lines if line)[-4000:]
@@ -410,7 +380,7 @@ def _status(spec: RunSpec, rc: int, stop_reason: str, steps_done: int, tail: deq
 def _exit_code(status: str, rc: int) -> int:
     if status == "interrupted":
         return EXIT_INTERRUPTED
-    if status in ("timeout", "no_steps"):
+    if status in ("timeout", "stalled", "no_steps"):
         return 1
     if rc < 0:
         return 128 + (-rc)  # killed by a signal: the shell's convention

@@ -1,10 +1,14 @@
 """A short ``torch.profiler`` window, reduced in-process to a :class:`WindowSummary`.
 
 torch.profiler left on for a whole run costs about +64% step time and writes traces of gigabytes
-(anchors, pain points 20 and 23). Here it covers a few steps after warm-up (by default steps
-10-14), records CPU and CUDA activity only — no stacks, shapes or memory — and the events are
-reduced in memory to the figures the analysis needs. No trace file is kept unless asked
-(``--keep-trace``).
+(anchors, pain points 20 and 23). Here it covers a few steps (by default the last five of
+``--steps``), records CPU and CUDA activity and the FLOPs of matmuls and convolutions (which
+records input shapes) — no stacks or memory — and the events are reduced in memory to the
+figures the analysis needs. No trace file is kept unless asked (``--keep-trace``).
+
+Every GPU figure comes from the GPU timeline (kernel and copy intervals), never from the host's
+wall time: a GPU-bound host runs ahead of the GPU, so the window's host wall time and the GPU
+work of its steps need not line up.
 
 ``prof.stop()`` waits for the device to drain its activity buffers: a sync, once, at the end of
 the window. The reduction (:func:`reduce_events`) is pure and runs when the records are written.
@@ -32,6 +36,12 @@ SYNC_NAMES = frozenset(
 )
 LAUNCH_PREFIXES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel", "cudaGraphLaunch")
 TOP_N = 10
+# Ops whose FLOPs the profiler computes from their input shapes and that count as model FLOPs
+# (its formulas also cover element-wise aten::add/mul, which MFU leaves out). Each op carries its
+# own count: aten::linear calls aten::addmm, which holds it, so nothing is counted twice.
+FLOP_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv2d"})
+CONV_FORWARD = "aten::conv2d"
+CONV_BACKWARD = "aten::convolution_backward"
 GLOO_PREFIX = "gloo:"  # gloo's collectives as CPU ops: gloo:all_reduce, gloo:broadcast, ...
 
 
@@ -45,6 +55,7 @@ class Event:
     dur_us: float
     thread: int = 0
     nbytes: int | None = None
+    flops: float = 0.0
 
 
 class Window:
@@ -70,7 +81,8 @@ class Window:
             activities = [ProfilerActivity.CPU]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 activities.append(ProfilerActivity.CUDA)
-            prof = profile(activities=activities, record_shapes=False, profile_memory=False, with_stack=False)
+            prof = profile(activities=activities, record_shapes=False, profile_memory=False,
+                           with_stack=False, with_flops=True)
             prof.start()
         except Exception as exc:  # noqa: BLE001 - e.g. the script runs its own profiler
             return cls(rank=rank, first_step=first_step, profiler=None, note=f"profiler unavailable: {exc}")
@@ -156,8 +168,11 @@ def _kineto_events(prof: Any) -> list[Event]:
         nbytes = None
         if on_device and name.startswith("Memcpy"):
             nbytes = _memcpy_bytes(ev)
+        flops = 0.0
+        if not on_device and name in FLOP_OPS and hasattr(ev, "flops"):
+            flops = float(ev.flops() or 0)
         events.append(Event(name=name, on_device=on_device, start_us=start_us, dur_us=dur_us,
-                            thread=thread, nbytes=nbytes))
+                            thread=thread, nbytes=nbytes, flops=flops))
     return drop_device_annotations(events, cpu_names)
 
 
@@ -247,6 +262,25 @@ def _self_times(cpu_ops: list[Event]) -> dict[str, list[float]]:
     return out
 
 
+def window_flops(cpu_ops: list[Event]) -> float | None:
+    """Model FLOPs of the window: matmul FLOPs (forward and backward both appear as mm ops) plus
+    convolution FLOPs, which the profiler counts on the forward op only: a training step's
+    backward adds a data-gradient and a weight-gradient convolution of the same size each, so
+    forward convolution FLOPs count three times when ``aten::convolution_backward`` ran.
+    ``None`` when the profiler computed no FLOPs (no matmul or convolution, or an old torch).
+    """
+    conv = sum(ev.flops for ev in cpu_ops if ev.name == CONV_FORWARD)
+    other = sum(ev.flops for ev in cpu_ops if ev.name in FLOP_OPS and ev.name != CONV_FORWARD)
+    if conv + other <= 0:
+        return None
+    backward = any(ev.name == CONV_BACKWARD for ev in cpu_ops)
+    return other + conv * (3.0 if backward else 1.0)
+
+
+def _length_ms(intervals: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in intervals) / 1000.0
+
+
 def reduce_events(
     events: list[Event], *, rank: int, first_step: int, last_step: int, wall_ms: float, note: str = ""
 ) -> WindowSummary:
@@ -257,10 +291,12 @@ def reduce_events(
     cpu_ops: list[Event] = []
     gloo: list[tuple[float, float]] = []
     sync_calls, sync_us, launches = 0, 0.0, 0
+    device_kinds: list[tuple[tuple[float, float], bool]] = []
     for ev in events:
         span = (ev.start_us, ev.start_us + ev.dur_us)
         if ev.on_device:
             device_spans.append(span)
+            device_kinds.append((span, ev.name.startswith("Memcpy")))
             if ev.name.startswith("Memcpy"):
                 slot = memcpy.setdefault(_memcpy_key(ev.name), [0, 0, 0.0, True])
                 slot[0] += 1
@@ -290,8 +326,12 @@ def reduce_events(
                 # union, so collectives in flight on two threads at once count once
                 gloo.append(span)
     busy = _union(device_spans)
-    busy_ms = sum(e - s for s, e in busy) / 1000.0
+    busy_ms = _length_ms(busy)
     has_device = bool(device_spans)
+    span_ms = (busy[-1][1] - busy[0][0]) / 1000.0 if busy else None
+    kernel_union = _union(kernels)
+    copies = [span for span, is_copy in device_kinds if is_copy]
+    copy_ms = _length_ms(_union(copies)) - _overlap(_union(copies), kernel_union) / 1000.0
     durations = sorted(e - s for s, e in kernels + nccl)
     nccl_us = sum(e - s for s, e in nccl)
     overlap = _overlap(nccl, _union(kernels)) / nccl_us if nccl_us > 0 else None
@@ -305,7 +345,7 @@ def reduce_events(
         last_step=last_step,
         wall_ms=wall_ms,
         gpu_busy_ms=busy_ms if has_device else None,
-        gpu_busy_frac=min(busy_ms / wall_ms, 1.0) if has_device and wall_ms > 0 else None,
+        gpu_busy_frac=busy_ms / span_ms if span_ms else None,
         kernel_count=len(durations),
         kernel_us_p50=_percentile(durations, 0.5) if durations else None,
         kernel_us_p90=_percentile(durations, 0.9) if durations else None,
@@ -326,4 +366,8 @@ def reduce_events(
         gloo_ms=sum(e - s for s, e in _union(gloo)) / 1000.0,
         launch_count=launches,
         note=note,
+        gpu_span_ms=span_ms,
+        kernel_ms=_length_ms(kernel_union) if has_device else None,
+        memcpy_ms=max(0.0, copy_ms) if has_device else None,
+        flops=window_flops(cpu_ops),
     )

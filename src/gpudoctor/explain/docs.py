@@ -22,12 +22,17 @@ torchrun --nproc_per_node=8 train.py 2>&1 | tee train.log | gpudoctor explain - 
 
 | option | meaning |
 |---|---|
-| `SOURCE` | an error message, a log file, or `-` for stdin (also read when no argument is given and input is piped). A path that does not exist is a usage error, not a message. |
+| `SOURCE` | an error message, a log file, or `-` for stdin (also read when no argument is given and input is piped). A path that does not exist is a usage error, not a message. A lint code (`gpudoctor explain GD502`) prints that rule's page: message, rationale, bad and good examples. Binary input (NUL bytes, or mostly non-text bytes in the first 64 KiB: a core dump, a checkpoint, a `.gz`) is refused at once (exit 2). |
 | `--json` | `{"schema_version", "kind": "explain", "report": {...}}` with `matches` (ranked: `entry_id`, `title`, `category`, `severity`, `role`, `confidence`, `matched_line`, `line_no`, `occurrences`, `ranks`, `notes`, `cause`, `verify`, `fix`, `links`, `context`), `extracted` (every error statement found), `lines_read`, `ranks_seen` and `launcher` (torchrun's root-cause summary). |
 
 Exit codes: **0** a known failure matched, **1** nothing matched (the output then says so and shows
 what it could extract: exception type, message, innermost frame), **2** bad input (missing file,
-a directory, empty input).
+a directory, empty input, binary input).
+
+Speed (bench/results/lint_explain_speed.md): a 50 MB log whose lines hold `İ` (a character whose
+lower case is two characters long) takes 3.2-3.8 s on this shared 2-core machine (it took 13.6 s
+before this change; 19.5 s in the issue's measurement); 50 MB of random bytes is refused in 0.6-0.8 s
+for the whole command, 0.1 ms of it the check, 37 MB RSS.
 
 ## How a long log is read
 

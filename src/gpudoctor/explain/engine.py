@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.explain.catalog import Catalog, load_catalog
+from gpudoctor.explain.facts import LOG_NOTES
 from gpudoctor.explain.logparse import (
     EXTRACT_TRIGGERS,
     candidate_lines,
@@ -26,9 +27,11 @@ def _context(hits: EntryHits, errors: list[ExtractedError]) -> ExtractedError | 
     return min(near, key=lambda e: abs(e.line_no - line_no)) if near else None
 
 
-def _to_match(hits: EntryHits, errors: list[ExtractedError]) -> ExplainMatch:
+def _to_match(hits: EntryHits, errors: list[ExtractedError], lines: list[str]) -> ExplainMatch:
     entry, first = hits.entry, hits.first
     notes: list[str] = []
+    if entry.id in LOG_NOTES:
+        notes += LOG_NOTES[entry.id](lines, min(h.index for h in hits.hits))
     for hit in hits.hits:
         for note in hit.notes:
             if note not in notes:
@@ -75,7 +78,7 @@ def explain_text(text: str, *, catalog: Catalog | None = None) -> ExplainReport:
     errors = extract_errors(lines, parsed)
     launcher = parse_launcher(lines, parsed)
     ranks_seen = sorted({rank for rank, _ in parsed.values() if rank is not None})
-    matches = [_to_match(hits, errors) for hits in found.values()]
+    matches = [_to_match(hits, errors, lines) for hits in found.values()]
     return ExplainReport(
         matches=rank_matches(matches, launcher),
         extracted=tuple(errors),

@@ -139,3 +139,53 @@ CHECKS: dict[str, Callable[[str], tuple[bool, tuple[str, ...]]]] = {
     "oom_request_exceeds_total": oom_request_exceeds_total,
     "oom_other_processes": oom_other_processes,
 }
+
+
+_LOSS_VALUE = re.compile(
+    r"\bloss\b[\w\s]*?[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
+    re.IGNORECASE,
+)
+_STEP = re.compile(r"\b(?P<k>step|iter|iteration|it|epoch|batch)\b\s*[:=#]?\s*\[?(?P<n>\d+)", re.IGNORECASE)
+_LOOKBACK = 20_000
+
+
+def _loss_at(line: str) -> str | None:
+    if "loss" not in line.lower():
+        return None
+    match = _LOSS_VALUE.search(line)
+    return match.group("v") if match else None
+
+
+_FINEST = ("step", "iter", "iteration", "it", "batch", "epoch")  # the finest counter names the moment
+
+
+def _where(line: str, index: int) -> str:
+    found = sorted(_STEP.finditer(line), key=lambda m: _FINEST.index(m.group("k").lower()))
+    return f"{found[0].group('k').lower()} {found[0].group('n')} (line {index + 1})" if found else f"line {index + 1}"
+
+
+def loss_turned_nonfinite(lines: list[str], index: int) -> tuple[str, ...]:
+    """For a log whose losses turn nan/inf: where the first non-finite loss is and the last finite
+    one before it ("loss turned nan at step 200 (line 5); last finite: 2.31 at step 100 (line 4)")."""
+    first = None
+    for i in range(max(0, index - _LOOKBACK), min(len(lines), index + 1)):
+        value = _loss_at(lines[i])
+        if value is not None and value.lower().lstrip("+-").startswith(("nan", "inf")):
+            first = i
+            break
+    if first is None:
+        return ()
+    turned = _loss_at(lines[first]).lower().lstrip("+-")[:3]
+    for j in range(first - 1, max(-1, first - _LOOKBACK), -1):
+        value = _loss_at(lines[j])
+        if value is not None and not value.lower().lstrip("+-").startswith(("nan", "inf")):
+            return (f"loss turned {turned} at {_where(lines[first], first)}; last finite loss {value} at "
+                    f"{_where(lines[j], j)}",)
+    return (f"loss is already {turned} at its first value in the log ({_where(lines[first], first)}): "
+            "check the inputs and the initialisation before the learning rate",)
+
+
+# notes computed from the whole log for an entry (by id), given the lines and the first matched line
+LOG_NOTES: dict[str, Callable[[list[str], int], tuple[str, ...]]] = {
+    "nan-loss": loss_turned_nonfinite,
+}

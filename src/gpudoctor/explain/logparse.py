@@ -104,7 +104,13 @@ def _scanner(triggers: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, tupl
     return pattern, prefixes
 
 
-_BLANK_DIGITS = str.maketrans("0123456789", "##########")
+_BLANK_DIGITS = bytes.maketrans(b"0123456789", b"##########")
+
+
+def _blank_digits(text: str) -> str:
+    """ASCII digits -> '#'. ``bytes.translate`` runs at memory speed whatever the text holds;
+    ``str.translate`` drops to a per-character path on non-ASCII text (5.5 s on 50 MB with 'İ')."""
+    return text.encode("utf-8", "surrogatepass").translate(_BLANK_DIGITS).decode("utf-8", "surrogatepass")
 
 
 def candidate_lines(lines: list[str], triggers: Iterable[str]) -> dict[int, set[str]]:
@@ -116,27 +122,22 @@ def candidate_lines(lines: list[str], triggers: Iterable[str]) -> dict[int, set[
     trie of all literals) then scans only the distinct lines, at C speed.
     """
     pattern, prefixes = _scanner(tuple(sorted(set(triggers))))
-    keys = "\n".join(lines).translate(_BLANK_DIGITS).split("\n")
+    keys = _blank_digits("\n".join(lines)).split("\n")
     distinct = list(dict.fromkeys(keys))
-    joined = "\n".join(distinct)
-    low = joined.lower()
+    # lower-casing may change a line's length ('İ' -> 'i̇') but never adds or removes a newline,
+    # so counting newlines in the lowered text still says which distinct line a hit is on
+    low = "\n".join(distinct).lower()
     per_key: dict[str, set[str]] = {}
-    if len(low) != len(joined):  # a few Unicode characters change length when lower-cased
-        for key in distinct:
-            present = {t for t in prefixes if t in key.lower()}
-            if present:
-                per_key[key] = present
-    else:
-        search = pattern.search
-        count = low.count
-        index = last = 0
-        match = search(low)
-        while match is not None:
-            start = match.start()
-            index += count("\n", last, start)  # which distinct line: newlines since the last hit
-            last = start
-            per_key.setdefault(distinct[index], set()).update(prefixes[match.group()])
-            match = search(low, start + 1)
+    search = pattern.search
+    count = low.count
+    index = last = 0
+    match = search(low)
+    while match is not None:
+        start = match.start()
+        index += count("\n", last, start)  # which distinct line: newlines since the last hit
+        last = start
+        per_key.setdefault(distinct[index], set()).update(prefixes[match.group()])
+        match = search(low, start + 1)
     if not per_key:
         return {}
     return {i: per_key[key] for i, key in enumerate(keys) if key in per_key}
@@ -173,6 +174,7 @@ def _last_frame(lines: list[str], index: int, rank: int | None) -> str:
 
 
 _EXCEPTION_HINTS = ("Error", "Exception", "Exit", "Interrupt", "Failure")
+_HINT = re.compile("|".join(_EXCEPTION_HINTS))  # one C-level scan instead of five ``in`` tests
 
 
 def extract_errors(
@@ -188,7 +190,7 @@ def extract_errors(
             found = memo[body]
         else:
             found = None
-            if any(h in body for h in _EXCEPTION_HINTS):
+            if _HINT.search(body):
                 match = _EXCEPTION.match(body)
                 # torchrun's ChildFailedError is summarised by parse_launcher, not listed here
                 if match and not match["type"].endswith(("SystemExit", "ChildFailedError")):

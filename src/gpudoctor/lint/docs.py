@@ -10,8 +10,9 @@ from gpudoctor.lint.registry import ALL_RULES, DEFAULT_OFF_PREFIX, GROUPS
 INTRO = """\
 # `gpudoctor lint`: static checks for GPU-training anti-patterns
 
-`gpudoctor lint PATH...` reads Python files (directories are searched recursively, skipping hidden,
-virtual-environment and build directories), parses each once with the standard library's `ast`, and
+`gpudoctor lint PATH...` reads Python files and shell launch scripts (`*.sh`; directories are searched
+recursively, skipping hidden, virtual-environment and build directories, and anything that is not a
+regular file, such as a FIFO named `x.py`), parses each once with the standard library's `ast`, and
 reports the pitfalls that make PyTorch training on NVIDIA GPUs slow, leak memory, produce NaN or hang
 under DDP. Every rule knows its scope — which names hold tensors and which hold `nn.Module`s, what a
 training step loop is (the loop that calls `.backward()` or `optimizer.step()`), what runs under
@@ -29,10 +30,31 @@ Found 2 violations in 14 files. 1 fixable with `gpudoctor lint --fix`.
 |---|---|
 | `--select GD1,GD302` | run only these codes or prefixes (comma-separated or repeated); `ALL` runs everything |
 | `--ignore GD5` | skip these codes or prefixes |
-| `--fix` | rewrite the safely fixable violations in place (marked `[*]` in `--statistics`); needs libcst |
-| `--format text\\|json\\|sarif` | `path:line:col CODE message` lines, a JSON report, or a SARIF 2.1.0 log for code-scanning UIs |
-| `--json` | same as `--format json` |
+| `--fix` | rewrite the safely fixable violations (marked `[*]` in `--statistics`); needs libcst. Each file is written atomically (a temporary file in the same folder, then a rename), keeping its encoding (PEP 263 cookie, BOM), line endings (CRLF stays CRLF) and permission bits; a file that cannot be written is reported as `E902` and left unchanged while the others are fixed; the summary counts both |
+| `--diff` | print what `--fix` would change as a unified diff and write nothing (the report goes to stderr) |
+| `--output-format text\\|json\\|sarif\\|github\\|junit` | `path:line:col CODE message` lines, a JSON report, a SARIF 2.1.0 log, GitHub Actions annotations (`::warning file=...`), or JUnit XML (`--format` is an alias) |
+| `--json` | same as `--output-format json` |
+| `--exit-zero` | exit 0 even when violations are found |
+| `-` and `--stdin-filename NAME` | read one file from stdin and report it as `NAME` (which also picks its per-file ignores); with `--fix` the fixed source goes to stdout and the report to stderr |
+| `--isolated` | ignore `[tool.gpudoctor.lint]` |
 | `--statistics` | one line per code with its count instead of every violation |
+
+**Configuration** (ruff's names), in the nearest `pyproject.toml` at or above the working folder:
+
+```toml
+[tool.gpudoctor.lint]
+select = ["GD"]                       # default: every rule outside GD9xx
+ignore = ["GD104"]
+exclude = ["third_party", "*_pb2.py"] # globs relative to this file's folder
+per-file-ignores = {"tests/*" = ["GD601"], "bench.py" = ["GD502"]}
+target-torch = "2.6"                  # lowest torch the code runs on
+```
+
+`--select`/`--ignore` on the command line replace the table's. **Version-aware rules** (GD601
+`torch.load` without `weights_only`, GD301 deprecated `torch.cuda.amp`) read the lowest torch the
+project declares: `target-torch`, else the nearest `requirements*.txt`, `pyproject.toml`, `setup.py` or
+`setup.cfg` naming `torch` at or above the file (stopping at the repository root). The installed torch
+is not consulted: lint runs in CI and pre-commit, not where the training runs.
 
 **Exit codes** (as ruff's): `0` nothing found, `1` violations found (including a file that does not
 parse), `2` usage error (a path that does not exist, an unknown code in `--select`/`--ignore`, an
@@ -61,8 +83,32 @@ such as `GD` does not switch them on).
     - id: gpudoctor-lint        # or gpudoctor-lint-fix to apply the safe fixes
 ```
 
+The hooks run on Python files and shell scripts. `gpudoctor lint` imports neither torch nor numpy nor
+NVML (a test runs it with those imports blocked): it needs only the package's light dependencies
+(typer, rich) and libcst for `--fix`. Until the package ships torch as an extra, the hook's
+environment installs what the package declares; `language: python` with
+`additional_dependencies` cannot remove a declared dependency.
+
+Precision on public training code (9 repositories, every finding judged): see
+`bench/results/lint_precision.md`. `gpudoctor explain GD502` prints one rule's section.
+
 ## Rules
 """
+
+
+def rule_page(rule) -> str:
+    """One rule's section: code, name, message, rationale, bad and good examples."""
+    notes = [f"severity: {rule.SEVERITY}"]
+    if rule.FIXABLE:
+        notes.append("fixable with `--fix`")
+    if rule.CODE.startswith(DEFAULT_OFF_PREFIX):
+        notes.append(f"off by default (`--select {rule.CODE}`)")
+    lang = "sh" if getattr(rule, "KIND", "py") == "sh" else "python"
+    return (f"### {rule.CODE} {rule.NAME}\n\n"
+            f"**{rule.MESSAGE}** ({'; '.join(notes)})\n\n"
+            f"{rule.RATIONALE}\n\n"
+            f"Bad:\n\n```{lang}\n{rule.BAD}```\n\n"
+            f"Good:\n\n```{lang}\n{rule.GOOD}```\n")
 
 
 def rules_markdown() -> str:
@@ -76,18 +122,7 @@ def rules_markdown() -> str:
                      f"{'yes' if rule.FIXABLE else ''} | {default} |")
     parts.append("\n".join(index) + "\n")
     for rule in ALL_RULES:
-        notes = [f"severity: {rule.SEVERITY}"]
-        if rule.FIXABLE:
-            notes.append("fixable with `--fix`")
-        if rule.CODE.startswith(DEFAULT_OFF_PREFIX):
-            notes.append(f"off by default (`--select {rule.CODE}`)")
-        parts.append(
-            f"### {rule.CODE} {rule.NAME}\n\n"
-            f"**{rule.MESSAGE}** ({'; '.join(notes)})\n\n"
-            f"{rule.RATIONALE}\n\n"
-            f"Bad:\n\n```python\n{rule.BAD}```\n\n"
-            f"Good:\n\n```python\n{rule.GOOD}```\n"
-        )
+        parts.append(rule_page(rule))
     return "\n".join(parts)
 
 

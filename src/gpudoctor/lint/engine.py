@@ -7,18 +7,26 @@ files are still checked. Rules share one :class:`~gpudoctor.lint.scope.FileConte
 from __future__ import annotations
 
 import ast
+import difflib
 import os
 import re
+from dataclasses import dataclass, field
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
 from gpudoctor.errors import GpuDoctorUserError
+from gpudoctor.lint.config import LintConfig
+from gpudoctor.lint.fileio import SourceFile, decode, encode, is_regular, read_source, write_atomic
+from gpudoctor.lint.project import project_mentions, torch_floor
 from gpudoctor.lint.registry import select_rules
+from gpudoctor.lint.shell import lint_shell
 from gpudoctor.lint.walker import build_context
 from gpudoctor.records.lint import LintReport, LintViolation
 
 PARSE_ERROR = "E999"
+WRITE_ERROR = "E902"
+SUFFIXES = (".py", ".sh")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox",
                        "node_modules", "build", "dist", "site-packages", ".mypy_cache", ".pytest_cache",
                        ".ruff_cache", ".eggs"})
@@ -26,8 +34,10 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)
 _LINES = re.compile(r"\r\n|\r|\n")
 
 
-def discover(paths: Sequence[str | Path]) -> list[Path]:
-    """Python files under ``paths`` (files are taken as given), sorted, skipping hidden and build dirs.
+def discover(paths: Sequence[str | Path], config: LintConfig | None = None) -> list[Path]:
+    """Files to check under ``paths``, sorted, skipping hidden and build folders, ``exclude``d
+    paths and anything that is not a regular file (a FIFO named ``x.py`` would block the read).
+    Files named on the command line are taken whatever their suffix.
 
     Raises:
         GpuDoctorUserError: a path does not exist.
@@ -35,19 +45,20 @@ def discover(paths: Sequence[str | Path]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_file():
-            found.append(path)
-        elif path.is_dir():
+        if path.is_dir():
             below: list[Path] = []
             # os.walk prunes skipped directories instead of listing them, and never follows
             # symlinked directories (no cycles)
             for root, dirs, files in os.walk(path):
-                dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]
-                below += [Path(root) / name for name in files if name.endswith(".py")]
+                dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
+                           and not (config and config.excluded(Path(root) / d))]
+                below += [Path(root) / name for name in files if name.endswith(SUFFIXES)]
             found += sorted(below, key=lambda p: p.relative_to(path).parts)
+        elif path.exists() or path.is_symlink():
+            found.append(path)
         else:
             raise GpuDoctorUserError(f"path {str(raw)!r} does not exist: pass existing files or directories")
-    return list(dict.fromkeys(found))
+    return [p for p in dict.fromkeys(found) if is_regular(p) and not (config and config.excluded(p))]
 
 
 def _noqa_map(lines: list[str]) -> dict[int, frozenset[str] | None]:
@@ -80,8 +91,11 @@ def _column(lines: list[str], line: int, col_offset: int) -> int:
     return len(text.encode("utf-8")[:col_offset].decode("utf-8", errors="ignore")) + 1
 
 
-def lint_source(source: str, path: str, rules: Sequence[ModuleType]) -> list[LintViolation]:
-    """Lint one file's text with ``rules``; never raises for bad input."""
+def lint_source(source: str, path: str, rules: Sequence[ModuleType], *,
+                torch_floor: tuple[int, ...] | None = None, cv2_threads_elsewhere: bool = False) -> list[LintViolation]:
+    """Lint one file's text with ``rules``; never raises for bad input. ``torch_floor`` is the
+    project's lowest supported torch and ``cv2_threads_elsewhere`` whether another file of the
+    project calls ``cv2.setNumThreads`` (see :mod:`gpudoctor.lint.project`)."""
     lines = _LINES.split(source)
     try:
         tree = ast.parse(source, filename=path)
@@ -92,6 +106,9 @@ def lint_source(source: str, path: str, rules: Sequence[ModuleType]) -> list[Lin
         return [LintViolation(path=path, line=line, col=col, code=PARSE_ERROR, severity="error",
                               message=f"SyntaxError: {reason} (file not checked; fix it and re-run)")]
     ctx = build_context(path, source, tree)
+    ctx.torch_floor = torch_floor
+    ctx.cv2_threads_elsewhere = cv2_threads_elsewhere
+    rules = [rule for rule in rules if getattr(rule, "KIND", "py") == "py"]
     noqa = _noqa_map(lines)
     out: list[LintViolation] = []
     seen: set[tuple[int, int, str]] = set()
@@ -116,43 +133,153 @@ def lint_source(source: str, path: str, rules: Sequence[ModuleType]) -> list[Lin
     return sorted(out, key=lambda v: (v.line, v.col, v.code))
 
 
+def _floor(source: str, path: str, config: LintConfig) -> tuple[int, ...] | None:
+    if config.target_torch is not None:
+        return config.target_torch
+    if "torch" not in source or ("load" not in source and "amp" not in source):
+        return None  # only GD601 and GD301 read it: skip the folder walk
+    return torch_floor(path)
+
+
+def lint_text(source: str, path: str, rules: Sequence[ModuleType], config: LintConfig) -> list[LintViolation]:
+    """Lint one file's text with the config's per-file ignores and torch floor applied."""
+    skip = config.ignored_for(Path(path)) if config.per_file_ignores else ()
+    chosen = [r for r in rules if not any(r.CODE.startswith(code) for code in skip)]
+    if path.endswith(".sh"):
+        return lint_shell(source, path, [r for r in chosen if getattr(r, "KIND", "py") == "sh"])
+    python = [r for r in chosen if getattr(r, "KIND", "py") == "py"]
+    # only GD105 reads it, and only for a file using cv2 without setting its threads itself
+    cv2_elsewhere = ("cv2" in source and "setNumThreads" not in source and "num_workers" in source
+                     and any(r.CODE == "GD105" for r in python) and project_mentions(path, "setNumThreads"))
+    return lint_source(source, path, python, torch_floor=_floor(source, path, config),
+                       cv2_threads_elsewhere=cv2_elsewhere)
+
+
+@dataclass
+class LintRun:
+    """A lint run's report and, with ``diff=True``, the unified diff of what ``--fix`` would change."""
+
+    report: LintReport
+    diffs: list[str] = field(default_factory=list)
+    files_fixed: int = 0
+    stdout: str | None = None  # stdin with --fix: the fixed source
+
+
+def run_stdin(name: str, *, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
+              fix: bool = False, diff: bool = False, config: LintConfig | None = None) -> LintRun:
+    """Lint the source read from stdin, reported as ``name`` (``--stdin-filename``); with ``fix``
+    the fixed source is returned in ``stdout`` (nothing is written to disk)."""
+    import sys
+
+    config = config or LintConfig()
+    try:
+        rules = select_rules(select or config.select or None, ignore or config.ignore or None)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from exc
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    run = LintRun(report=LintReport(files_checked=1))
+    if name != "-" and config.excluded(Path(name)):
+        run.report = LintReport(files_checked=0)
+        return run
+    try:
+        original = decode(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        bad = LintViolation(path=name, line=1, col=1, code=PARSE_ERROR, severity="error",
+                            message=f"could not read stdin ({exc.__class__.__name__}: {exc})")
+        run.report = LintReport(files_checked=1, violations=(bad,))
+        return run
+    found = lint_text(original.text, name, rules, config)
+    fixed = 0
+    if (fix or diff) and any(v.fixable for v in found):
+        from gpudoctor.lint.fix import apply_fixes
+
+        text = original.text.replace("\r\n", "\n").replace("\r", "\n")
+        new_text = apply_fixes(text, [v for v in found if v.fixable])
+        if diff:
+            run.diffs.append("".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                                          new_text.splitlines(keepends=True), f"a/{name}", f"b/{name}")))
+        else:
+            after = lint_text(new_text, name, rules, config)
+            fixed = sum(v.fixable for v in found) - sum(v.fixable for v in after)
+            found = after
+            run.stdout = encode(original, new_text).decode(original.encoding)
+    elif fix:
+        run.stdout = original.text
+    run.report = LintReport(files_checked=1, violations=tuple(found), fixed=fixed)
+    return run
+
+
 def lint_paths(paths: Sequence[str | Path], *, select: Sequence[str] | None = None,
-               ignore: Sequence[str] | None = None, fix: bool = False) -> LintReport:
-    """Lint every Python file under ``paths``.
+               ignore: Sequence[str] | None = None, fix: bool = False, diff: bool = False,
+               config: LintConfig | None = None) -> LintReport:
+    """Lint every Python file under ``paths`` (see :func:`run_lint` for the arguments)."""
+    return run_lint(paths, select=select, ignore=ignore, fix=fix, diff=diff, config=config).report
+
+
+def run_lint(paths: Sequence[str | Path], *, select: Sequence[str] | None = None,
+             ignore: Sequence[str] | None = None, fix: bool = False, diff: bool = False,
+             config: LintConfig | None = None) -> LintRun:
+    """Lint every Python file (and shell launch script) under ``paths``.
 
     Args:
         paths: files and directories.
-        select: rule codes or prefixes to run (default: all outside GD9xx).
-        ignore: codes or prefixes to skip.
-        fix: rewrite the files in place for fixable violations (needs libcst).
+        select: rule codes or prefixes to run (default: the config's, else all outside GD9xx).
+        ignore: codes or prefixes to skip (default: the config's).
+        fix: rewrite the files for fixable violations (needs libcst), atomically, keeping
+            encoding and line endings; a file that cannot be written is reported as ``E902``.
+        diff: with ``fix``, collect the unified diff instead of writing.
+        config: ``[tool.gpudoctor.lint]`` settings (default: none).
 
     Raises:
         GpuDoctorUserError: a path does not exist, or a code/prefix matches no rule.
     """
+    config = config or LintConfig()
     try:
-        rules = select_rules(select, ignore)
+        rules = select_rules(select or config.select or None, ignore or config.ignore or None)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from exc
-    files = discover(paths)
+    files = discover(paths, config)
+    run = LintRun(report=LintReport(files_checked=len(files)))
     violations: list[LintViolation] = []
     fixed = 0
     for file in files:
         path = str(file)
         try:
-            source = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            original = read_source(file)
+        except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
             violations.append(LintViolation(path=path, line=1, col=1, code=PARSE_ERROR, severity="error",
-                                            message=f"could not read the file as UTF-8 ({exc.__class__.__name__})"))
+                                            message=f"could not read the file ({exc.__class__.__name__}: {exc})"))
             continue
-        found = lint_source(source, path, rules)
-        if fix and any(v.fixable for v in found):
-            from gpudoctor.lint.fix import apply_fixes
-
-            new_source = apply_fixes(source, [v for v in found if v.fixable])
-            if new_source != source:
-                file.write_text(new_source, encoding="utf-8")
-                after = lint_source(new_source, path, rules)
-                fixed += sum(v.fixable for v in found) - sum(v.fixable for v in after)
-                found = after
+        found = lint_text(original.text, path, rules, config)
+        if (fix or diff) and any(v.fixable for v in found):
+            found, count = _fix_file(file, original, found, rules, config, run, diff)
+            fixed += count
         violations += found
-    return LintReport(files_checked=len(files), violations=tuple(violations), fixed=fixed)
+    run.report = LintReport(files_checked=len(files), violations=tuple(violations), fixed=fixed)
+    return run
+
+
+def _fix_file(file: Path, original: SourceFile, found: list[LintViolation], rules: Sequence[ModuleType],
+              config: LintConfig, run: LintRun, diff: bool) -> tuple[list[LintViolation], int]:
+    from gpudoctor.lint.fix import apply_fixes
+
+    path = str(file)
+    text = original.text.replace("\r\n", "\n").replace("\r", "\n")
+    new_text = apply_fixes(text, [v for v in found if v.fixable])
+    if new_text == text:
+        return found, 0
+    after = lint_text(new_text, path, rules, config)
+    count = sum(v.fixable for v in found) - sum(v.fixable for v in after)
+    if diff:
+        run.diffs.append("".join(difflib.unified_diff(
+            text.splitlines(keepends=True), new_text.splitlines(keepends=True), f"a/{path}", f"b/{path}")))
+        return found, 0
+    try:
+        write_atomic(file, encode(original, new_text))
+    except (OSError, UnicodeEncodeError) as exc:
+        note = LintViolation(path=path, line=1, col=1, code=WRITE_ERROR, severity="error",
+                             message=f"--fix could not write the file ({exc.__class__.__name__}: {exc}); "
+                                     "it is unchanged: make it writable and re-run")
+        return [note, *found], 0
+    run.files_fixed += 1
+    return after, count

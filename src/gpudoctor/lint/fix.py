@@ -33,6 +33,7 @@ def apply_fixes(source: str, violations: Sequence[LintViolation]) -> str:
     targets = {(v.line, v.col - 1): v.code for v in violations if v.code in FIXED_CODES}
     if not targets:
         return source
+    loader_keywords = _loader_keywords(source) if "GD104" in targets.values() else {}
     renamed = _rewritable_amp_names(source)
     module = cst.parse_module(source)
     wrapper = MetadataWrapper(module)
@@ -108,11 +109,9 @@ def apply_fixes(source: str, violations: Sequence[LintViolation]) -> str:
                     args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
                 return updated.with_changes(args=args)
             if code == "GD104":
-                have = {a.keyword.value for a in updated.args if a.keyword}
-                positional = sum(1 for a in updated.args if a.keyword is None and not a.star)
-                limits = {"num_workers": 6, "pin_memory": 8}
-                extra = [kw(name, cst.parse_expression(value)) for name, value in _DEFAULTS
-                         if name not in have and positional < limits[name]]
+                pos = self.get_metadata(PositionProvider, original).start
+                addable = loader_keywords.get((pos.line, pos.column), ())
+                extra = [kw(name, cst.parse_expression(value)) for name, value in _DEFAULTS if name in addable]
                 args = list(updated.args)
                 if extra and args and isinstance(args[-1].comma, cst.Comma):
                     # one argument per line with a trailing comma: keep that layout
@@ -167,6 +166,25 @@ def apply_fixes(source: str, violations: Sequence[LintViolation]) -> str:
             return updated.with_changes(module=cst.Attribute(value=cst.Name("torch"), attr=cst.Name("amp")))
 
     return wrapper.visit(Fixer()).code
+
+
+def _loader_keywords(source: str) -> dict[tuple[int, int], tuple[str, ...]]:
+    """(line, character column) of each DataLoader call -> the keywords GD104 reported as missing
+    there: a loader reported only for ``pin_memory`` (a ``TensorDataset``) gets no ``num_workers``."""
+    import ast
+
+    from gpudoctor.lint.rules.gd104_dataloader_defaults import LOADERS, missing
+    from gpudoctor.lint.walker import build_context
+
+    lines = source.split("\n")
+    ctx = build_context("<fix>", source, ast.parse(source))
+    out: dict[tuple[int, int], tuple[str, ...]] = {}
+    for call, where in ctx.calls:
+        if ctx.qualname(call.func) in LOADERS:
+            text = lines[call.lineno - 1]
+            col = len(text.encode("utf-8")[:call.col_offset].decode("utf-8", errors="ignore"))
+            out[(call.lineno, col)] = tuple(missing(call, ctx, where.func)[1])
+    return out
 
 
 def _rewritable_amp_names(source: str) -> dict[str, str]:

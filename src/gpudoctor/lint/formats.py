@@ -1,4 +1,5 @@
-"""Lint output formats: text (``path:line:col CODE message``), JSON and SARIF 2.1.0."""
+"""Lint output formats: text (``path:line:col CODE message``), JSON, SARIF 2.1.0, GitHub Actions
+annotations and JUnit XML (ruff's ``--output-format`` names)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from gpudoctor.lint.registry import RULES_BY_CODE
 from gpudoctor.records.base import SCHEMA_VERSION, to_dict
 from gpudoctor.records.lint import LintReport
 
-FORMATS = ("text", "json", "sarif")
+FORMATS = ("text", "json", "sarif", "github", "junit")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
@@ -29,6 +30,9 @@ def to_text(report: LintReport) -> str:
         summary = f"All checks passed ({report.files_checked} file{'s' * (report.files_checked != 1)})."
     if report.fixed:
         summary = f"Fixed {report.fixed} violation{'s' * (report.fixed != 1)}. " + summary
+    unwritten = sum(v.code == "E902" for v in report.violations)
+    if unwritten:
+        summary += f" {unwritten} file{'s' * (unwritten != 1)} could not be written (E902): left unchanged."
     return "\n".join(lines + [summary]) + "\n"
 
 
@@ -83,8 +87,45 @@ def to_sarif(report: LintReport) -> str:
     return json.dumps(log, indent=2) + "\n"
 
 
+def _gh_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def to_github(report: LintReport) -> str:
+    """GitHub Actions workflow commands: one ``::error``/``::warning``/``::notice`` per violation."""
+    level = {"error": "error", "warning": "warning", "info": "notice"}
+    lines = [f"::{level.get(v.severity, 'warning')} title={_gh_escape('gpudoctor ' + v.code, prop=True)},"
+             f"file={_gh_escape(v.path, prop=True)},line={v.line},col={v.col}::"
+             f"{_gh_escape(f'{v.path}:{v.line}:{v.col}: {v.code} {v.message}')}" for v in report.violations]
+    return "".join(line + "\n" for line in lines)
+
+
+def to_junit(report: LintReport) -> str:
+    """JUnit XML: one test case per file with violations, one ``<failure>`` per violation."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    by_file: dict[str, list] = {}
+    for v in report.violations:
+        by_file.setdefault(v.path, []).append(v)
+    cases = []
+    for path, found in by_file.items():
+        failures = "".join(
+            f"\n      <failure message={quoteattr(f'{v.code} {v.message}')} type={quoteattr(v.code)}>"
+            f"{escape(f'{v.path}:{v.line}:{v.col} {v.code} {v.message}')}</failure>" for v in found)
+        cases.append(f"    <testcase classname=\"gpudoctor.lint\" name={quoteattr(path)}>{failures}\n    </testcase>")
+    total = len(report.violations)
+    body = "\n".join(cases)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<testsuites name="gpudoctor lint" tests="{max(len(by_file), 1)}" failures="{total}">\n'
+            f'  <testsuite name="gpudoctor lint" tests="{max(len(by_file), 1)}" failures="{total}" errors="0">\n'
+            + (body + "\n" if body else '    <testcase classname="gpudoctor.lint" name="all files"/>\n')
+            + "  </testsuite>\n</testsuites>\n")
+
+
 def render(report: LintReport, fmt: str) -> str:
-    """Render ``report`` as ``text``, ``json`` or ``sarif``."""
+    """Render ``report`` as ``text``, ``json``, ``sarif``, ``github`` or ``junit``."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
-    return {"text": to_text, "json": to_json, "sarif": to_sarif}[fmt](report)
+    return {"text": to_text, "json": to_json, "sarif": to_sarif, "github": to_github,
+            "junit": to_junit}[fmt](report)

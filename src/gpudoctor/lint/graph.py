@@ -71,8 +71,9 @@ def carries_graph(ctx: FileContext, expr: ast.AST, where: Where, names: set[str]
     if isinstance(expr, ast.BinOp):
         return carries_graph(ctx, expr.left, where, names) or carries_graph(ctx, expr.right, where, names)
     if isinstance(expr, ast.Call):
-        if isinstance(expr.func, ast.Name) and ctx.kind(expr.func, where.func) in ("module", "wrapper"):
-            return True
+        if isinstance(expr.func, (ast.Name, ast.Attribute)) and ctx.expr_kind(expr.func, where.func) in (
+                "module", "wrapper"):
+            return True  # ``model(x)`` and ``self.model(x)``
         if isinstance(expr.func, ast.Attribute) and expr.func.attr in TENSOR_METHODS | {"cpu", "to", "cuda"}:
             if expr.func.attr in ("detach", "long", "int", "bool"):
                 return False

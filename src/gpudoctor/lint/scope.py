@@ -72,6 +72,12 @@ class FileContext:
     params: dict[ast.AST | None, set[str]] = field(default_factory=dict)
     step_loops: set[ast.AST] = field(default_factory=set)
     uses_cuda: bool = False
+    uses_gpu: bool = False  # names CUDA, NCCL, torch.accelerator or a device: the code targets a GPU
+    torch_floor: tuple[int, ...] | None = None  # the project's declared lowest torch (project.py)
+    cv2_threads_elsewhere: bool = False  # another file of the project calls cv2.setNumThreads
+    func_cls: dict[ast.AST, ast.ClassDef] = field(default_factory=dict)  # method -> its class
+    attr_assigns: dict[ast.ClassDef, dict[str, list[tuple[ast.AST, ast.AST | None]]]] = field(
+        default_factory=dict)  # class -> ``self.<attr>`` -> [(value, function assigning it)]
     cache: dict = field(default_factory=dict)  # per-file facts computed lazily by graph.py
     _quals: dict[int, str | None] = field(default_factory=dict)  # id(Attribute) -> qualname
 
@@ -98,9 +104,26 @@ class FileContext:
             return self.kinds.get(scope, {}).get(node.id)
         return self.expr_kind(node, func)
 
+    def attr_kind(self, node: ast.AST, func: ast.AST | None) -> str | None:
+        """The kind of ``self.<attr>`` inside a method, from every ``self.<attr> = ...`` of its class."""
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            return None
+        cls = self.func_cls.get(func)
+        values = self.attr_assigns.get(cls, {}).get(node.attr) if cls is not None else None
+        if not values:
+            return None
+        key = ("attr", id(cls), node.attr)
+        if key not in self.cache:
+            self.cache[key] = None  # a self-referencing assignment resolves to "unknown"
+            kinds = {self.expr_kind(value, where) for value, where in values}
+            self.cache[key] = next(iter(kinds)) if len(kinds) == 1 else None
+        return self.cache[key]
+
     def expr_kind(self, node: ast.AST, func: ast.AST | None) -> str | None:
         if isinstance(node, ast.Name):
             return self.kind(node, func)
+        if isinstance(node, ast.Attribute):
+            return self.attr_kind(node, func)
         if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.Mod):
             kinds = {self.expr_kind(node.left, func), self.expr_kind(node.right, func)}
             if "cuda_tensor" in kinds:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import replace
 
 from gpudoctor.lint.scope import (
@@ -19,13 +20,15 @@ from gpudoctor.lint.scope import (
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_GPU = re.compile(r"cuda|nccl|accelerator|device")
 _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
 
 
 def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
     """Analyse ``tree`` once: imports, local classes, enclosing frames, name kinds, step loops."""
     # "GPU code": the file names CUDA or NCCL somewhere (a device string, torch.cuda, a backend)
-    ctx = FileContext(path=path, source=source, tree=tree, uses_cuda="cuda" in source or "nccl" in source)
+    ctx = FileContext(path=path, source=source, tree=tree, uses_cuda="cuda" in source or "nccl" in source,
+                      uses_gpu=bool(_GPU.search(source)))
     classes: list[ast.ClassDef] = []
     for node in _statements(tree.body):  # imports and classes are statements: skip expressions
         if isinstance(node, ast.Import):
@@ -134,6 +137,8 @@ class _Walker:
             ctx.assigns.setdefault(node, {})
             no_grad = any(_is_no_grad(d, ctx) for d in getattr(node, "decorator_list", ()))
             inner = Where(func=node, cls=where.cls, no_grad=no_grad)
+            if where.cls is not None:
+                ctx.func_cls[node] = where.cls
             body = node.body if isinstance(node.body, list) else [node.body]
             for child in body:
                 self.visit(child, inner)
@@ -190,6 +195,10 @@ class _Walker:
             for target in targets:
                 if isinstance(target, ast.Name):
                     scope.setdefault(target.id, []).append(node.value)
+                elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                      and target.value.id == "self" and where.cls is not None):
+                    attrs = self.ctx.attr_assigns.setdefault(where.cls, {})
+                    attrs.setdefault(target.attr, []).append((node.value, where.func))
                 elif isinstance(target, (ast.Tuple, ast.List)):
                     value = node.value
                     pairs = (zip(target.elts, value.elts) if isinstance(value, (ast.Tuple, ast.List))

@@ -23,6 +23,7 @@ class LoaderConfig:
     dataset_len: int | None = None
     set_epoch_called: bool | None = None  # DistributedSampler only: was set_epoch ever called
     epochs_started: int = 0  # how many times iteration over the loader began
+    batches: int = 0  # batches the script took from it (added in gpudoctor 0.2)
     pin_memory_device: str = ""
 
 
@@ -121,9 +122,11 @@ class WindowSummary:
     rank: int
     first_step: int
     last_step: int
-    wall_ms: float  # host wall time of the window
+    wall_ms: float  # host wall time of the window (start to stop of the profiler)
     gpu_busy_ms: float | None  # union of kernel/memcpy intervals on the GPU
-    gpu_busy_frac: float | None  # gpu_busy_ms / wall_ms
+    # gpu_busy_ms over the window's span on the GPU timeline (recordings before gpudoctor 0.2:
+    # over wall_ms, clipped to 1.0). Analysis reads gpu_busy_ms, not this.
+    gpu_busy_frac: float | None
     kernel_count: int = 0
     kernel_us_p50: float | None = None
     kernel_us_p90: float | None = None
@@ -140,6 +143,11 @@ class WindowSummary:
     gloo_ms: float = 0.0
     launch_count: int = 0  # cudaLaunchKernel (+ variants) calls
     note: str = ""  # why some figure is missing
+    # Added in gpudoctor 0.2 (None in older recordings): the GPU timeline of the window.
+    gpu_span_ms: float | None = None  # first device event start to last device event end
+    kernel_ms: float | None = None  # union of compute kernels (not NCCL, not copies)
+    memcpy_ms: float | None = None  # union of copies not overlapped by any kernel
+    flops: float | None = None  # matmul/conv FLOPs of the window (profiler with_flops)
 
 
 @record
@@ -150,7 +158,7 @@ class RunManifest:
     started_at: float  # time.time()
     ended_at: float | None = None
     exit_code: int | None = None
-    status: str = "running"  # running | completed | stopped | crashed | interrupted | no_steps | timeout
+    status: str = "running"  # running | completed | stopped | crashed | interrupted | no_steps | timeout | stalled
     world_size: int | None = None
     steps_requested: int | None = None  # --steps N, None with --full
     hostname: str = ""
@@ -165,3 +173,7 @@ class RunManifest:
     steps_recorded: tuple[int, ...] = ()
     # Added by ``gpudoctor run``: the profiler window asked for, as (first, last) step, or ().
     profile_window: tuple[int, ...] = ()
+    # Added by ``gpudoctor run``: a run stopped by a stall, the first-step timeout or Ctrl-C — the
+    # seconds without an optimizer step at that moment, and the stall limit that applied.
+    idle_s: float | None = None
+    stall_limit_s: float | None = None

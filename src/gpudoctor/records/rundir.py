@@ -4,7 +4,8 @@
 RUNDIR/
   manifest.json          RunManifest
   config-rank{N}.json    RankConfig, one per rank
-  steps-rank{N}.jsonl    StepRecord lines, one per optimizer step
+  steps-rank{N}.jsonl    StepRecord lines, one per optimizer step (a later line for the same
+                         step completes an earlier one: see read_steps)
   window-rank{N}.json    WindowSummary of the profiler window
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
   oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
@@ -15,6 +16,9 @@ RUNDIR/
   env.json               CheckReport of the environment (when checked)
   findings.json          the diagnosis (list of Finding)
   stdout.log             the child's combined output
+  stacks-rank{N}.txt     every thread's Python stack of rank N (faulthandler) when the run
+                         stalled, was interrupted or died of a fatal signal; stacks-pid{P}.txt
+                         for a probed process without a rank (torchrun's launcher)
   report.html            the HTML report (gpudoctor report)
 ```
 Every JSON file carries ``schema_version``; see :mod:`gpudoctor.records.base`.
@@ -95,6 +99,7 @@ class RunData:
     findings: tuple[Finding, ...] | None = None
     memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
 
     @property
     def ranks(self) -> list[int]:
@@ -102,6 +107,7 @@ class RunData:
 
 
 _RANK_FILE = re.compile(r"^(config|steps|window|memory)-rank(\d+)\.jsonl?$")
+_STACKS_FILE = re.compile(r"^stacks-rank(\d+)\.txt$")
 
 
 def load_run(path: Path) -> RunData:
@@ -117,6 +123,10 @@ def load_run(path: Path) -> RunData:
         )
     data = RunData(path=path, manifest=read_json(path / MANIFEST, RunManifest, kind=KIND_MANIFEST))
     for child in sorted(path.iterdir()):
+        stacks = _STACKS_FILE.match(child.name)
+        if stacks:
+            data.stacks[int(stacks.group(1))] = child.read_text(encoding="utf-8", errors="replace")
+            continue
         match = _RANK_FILE.match(child.name)
         if not match:
             continue
@@ -124,7 +134,7 @@ def load_run(path: Path) -> RunData:
         if what == "config":
             data.configs[rank] = read_json(child, RankConfig, kind=KIND_CONFIG)
         elif what == "steps":
-            data.steps[rank] = list(read_jsonl(child, StepRecord, kind=KIND_STEPS))
+            data.steps[rank] = read_steps(child)
         elif what == "memory":
             data.memory[rank] = list(read_jsonl(child, StageMemory, kind=KIND_MEMORY))
         else:
@@ -143,6 +153,18 @@ def load_run(path: Path) -> RunData:
     return data
 
 
+def read_steps(path: Path) -> list[StepRecord]:
+    """The step records of ``steps-rank{N}.jsonl``, in step order, the last line of each step.
+
+    ``gpudoctor run``'s probes write a step at its boundary and again once its late values
+    (GPU time, loss, scale) are in; the later line is the complete one.
+    """
+    by_step: dict[int, StepRecord] = {}
+    for step in read_jsonl(path, StepRecord, kind=KIND_STEPS):
+        by_step[step.step] = step
+    return [by_step[k] for k in sorted(by_step)]
+
+
 def oom_files(folder: Path) -> list[Path]:
     """The OOM snapshots in ``folder``: ``oom.json`` (a whole process), then ``oom-rank{N}.json``
     by rank number (under torchrun each rank writes its own)."""
@@ -150,4 +172,4 @@ def oom_files(folder: Path) -> list[Path]:
     return [c for _, c in sorted(found, key=lambda rc: -1 if rc[0] is None else int(rc[0]))]
 
 
-__all__ = ["FindingList", "RunData", "SchemaError", "load_run", "oom_files"]
+__all__ = ["FindingList", "RunData", "SchemaError", "load_run", "oom_files", "read_steps"]

@@ -32,6 +32,8 @@ class StepRecord:
         h2d_blocking_copies: copies issued without ``non_blocking=True``.
         host_syncs: counted synchronising calls (``.item()``, ``.cpu()``, ``.tolist()``,
             ``torch.cuda.synchronize()``, printing a CUDA tensor, ...).
+        sync_ms: host time blocked in those calls (waiting for the GPU to finish queued work);
+            ``None`` in records from before gpudoctor 0.2 and from the engine.
         samples: batch size (first dimension of the first batch tensor) or ``None``.
         tokens: tokens in the step for sequence models, or ``None``.
         loss: the loss value when it was read without a sync (lazily), else ``None``.
@@ -56,6 +58,7 @@ class StepRecord:
     h2d_copies: int = 0
     h2d_blocking_copies: int = 0
     host_syncs: int = 0
+    sync_ms: float | None = None
     samples: int | None = None
     tokens: int | None = None
     loss: float | None = None

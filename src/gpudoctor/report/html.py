@@ -118,6 +118,13 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
         oom_rows = [(s.site, human_bytes(s.bytes), f"{s.share:.0%}") for s in memory.oom_sites]
     else:
         memory_rows, oom_rows = [], []
+    from gpudoctor.analysis.facts import run_facts
+    from gpudoctor.analysis.thresholds import Thresholds
+    from gpudoctor.report.findings_view import breakdown_notes, breakdown_rows, top_rows
+
+    facts = run_facts(run, Thresholds())
+    step_header, step_rows = breakdown_rows(facts)
+    top_kernels, top_ops = top_rows(facts, 10)
     figure_map = build_figures(run)
     rendered = charts.render_charts(figure_map)
     manifest = run.manifest
@@ -140,6 +147,11 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
         memory=memory,
         memory_rows=memory_rows,
         oom_rows=oom_rows,
+        step_header=step_header,
+        step_rows=step_rows,
+        step_notes=[t.plain for t in breakdown_notes(facts)],
+        top_kernels=top_kernels,
+        top_ops=top_ops,
         verified_rows=try_rows(verified) if verified is not None else [],
         verified_verdict=try_verdict(verified) if verified is not None else "",
     )

@@ -16,6 +16,7 @@ STATUS_WORDS = {
     "interrupted": "interrupted (Ctrl-C)",
     "no_steps": "exited without any optimizer step",
     "timeout": "stopped: no optimizer step before the first-step timeout",
+    "stalled": "stalled: no optimizer step for too long; stopped, with every rank's stacks",
     "running": "did not finish writing its manifest",
 }
 

@@ -1,8 +1,9 @@
 """``gpudoctor.train``: the training engine with every fix applied, and its building blocks.
 
 ``Trainer(model, optimizer, loss_fn, config=TrainConfig(...)).fit(loader, epochs=..., val_loader=...)``;
-the pieces (``move_to_device``, ``fast_loader``, ``CudaPrefetcher``, ``GpuLoader``, ``Precision``,
-checkpoint I/O) also work in a hand-written loop. See ``docs/train.md``.
+for a loop of your own, ``Engine`` gives the same pieces in Fabric's style (``setup``,
+``forward_loss``, ``backward``, ``clip_and_step``, ``save``/``load_newest``), and ``move_to_device``,
+``fast_loader``, ``CudaPrefetcher``, ``GpuLoader``, ``Precision`` work on their own. See ``docs/train.md``.
 """
 
 from gpudoctor.train import presets
@@ -16,6 +17,7 @@ from gpudoctor.train.config import (
     TrainConfig,
 )
 from gpudoctor.train.data import ResumableSampler, fast_loader, move_to_device
+from gpudoctor.train.engine import Engine
 from gpudoctor.train.events import JsonlObserver, Observer
 from gpudoctor.train.gpu_loader import NO_AUGMENT, GpuAugment, GpuLoader
 from gpudoctor.train.loop import NonFiniteLossError, Trainer
@@ -27,6 +29,7 @@ __all__ = [
     "NO_AUGMENT",
     "CheckpointConfig",
     "CudaPrefetcher",
+    "Engine",
     "FitResult",
     "GpuAugment",
     "GpuLoader",

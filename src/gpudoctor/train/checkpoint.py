@@ -1,9 +1,15 @@
 """Checkpoints that survive a crash mid-write and resume exactly.
 
-A save writes ``step-XXXXXXXX.pt.tmp``, flushes and fsyncs it, renames it over the final name
-(atomic on POSIX) and fsyncs the folder, so a crash leaves either the previous checkpoint or the
-new one, never half a file. Only rank 0 writes; every rank's RNG states travel in the same file.
-Loading uses ``torch.load(weights_only=True)``: a checkpoint cannot run code.
+A save writes ``step-XXXXXXXX.pt.<pid>-<random>.tmp`` (a name of its own, so two trainers
+sharing a folder never write the same temp file), flushes and fsyncs it, renames it over the final
+name (atomic on POSIX) and fsyncs the folder, so a crash leaves either the previous checkpoint or
+the new one, never half a file. A save that fails (disk full, no permission) removes its temp file
+and says why. Only rank 0 writes; every rank's RNG states travel in the same file. Loading uses
+``torch.load(weights_only=True)``: a checkpoint cannot run code.
+
+Resume heals: :func:`load_newest` reads the newest checkpoint that reads; one that does not
+(truncated, corrupt, not a checkpoint) is named in a warning, renamed ``*.corrupt`` (kept for a
+person to look at, no longer in the way) and the next older one is tried.
 
 What is saved: model (without ``module.``/``_orig_mod.`` prefixes; full state even under FSDP2),
 optimizer, GradScaler, LR scheduler, progress (epoch, step, batches consumed this epoch, micro-batch
@@ -13,10 +19,14 @@ of the current epoch (so a loader's shuffle can be replayed).
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
+import secrets
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +104,46 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+        errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+        errno.EROFS: "the file system is read-only"}
+STALE_TMP_S = 3600  # another writer's temp file this old is a crash leftover: prune removes it
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written; the message says why and what to do."""
+
+
 def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to ``path`` so that a crash at any moment leaves the old file or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``torch.save`` to ``path`` so that a crash at any moment leaves the old file or the new one.
+
+    Raises:
+        CheckpointSaveError: the write failed (its temp file is removed; the message names the
+            cause: disk full, permissions, read-only file system).
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) or isinstance(exc.__context__, OSError):
+            err = exc if isinstance(exc, OSError) else exc.__context__
+            why = _WHY.get(getattr(err, "errno", None), str(err))
+            raise CheckpointSaveError(
+                getattr(err, "errno", None) or 0,
+                f"could not write checkpoint {path}: {why} ({type(exc).__name__}: {exc}); the partial file "
+                "was removed and the previous checkpoints are untouched. Free space or fix the folder's "
+                "permissions, or point checkpoint.dir elsewhere") from exc
+        if isinstance(exc, RuntimeError) and "write" in str(exc).lower():  # torch.save's zip writer
+            raise CheckpointSaveError(
+                0, f"could not write checkpoint {path}: {exc}; the partial file was removed (often: the disk "
+                "is full). Free space or point checkpoint.dir elsewhere") from exc
+        raise
     _fsync_dir(path.parent)
 
 
@@ -120,10 +162,20 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
 
 
 def prune(folder: str | Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` checkpoints (and stale ``.tmp`` files); return what went."""
+    """Delete all but the newest ``keep_last`` checkpoints and crash leftovers; return what went.
+
+    Leftover temp files are this process's own or older than :data:`STALE_TMP_S`: a temp file of
+    another trainer writing into the same folder right now is left alone."""
     found = list_checkpoints(folder)
     gone = found[:-keep_last] if keep_last else found
-    gone += [p for p in Path(folder).glob("step-*.pt.tmp")]
+    now, mine = time.time(), f".{os.getpid()}-"
+    for p in Path(folder).glob("step-*.tmp"):
+        try:
+            old = now - p.stat().st_mtime > STALE_TMP_S
+        except FileNotFoundError:
+            continue
+        if old or mine in p.name or p.name.endswith(".pt.tmp"):  # .pt.tmp: the old fixed name
+            gone.append(p)
     for p in gone:
         p.unlink(missing_ok=True)
     return gone
@@ -136,6 +188,37 @@ def checkpoint_path(folder: str | Path, step: int) -> Path:
 def load(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     """Read a checkpoint written by :func:`atomic_save` (weights only: no code runs)."""
     return torch.load(path, map_location=device, weights_only=True)
+
+
+def load_newest(folder: str | Path, device: torch.device | str = "cpu") -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint in ``folder`` that reads, as ``(path, state)``; ``None`` if none does.
+
+    A file that does not read (truncated: ``EOFError``/``OSError``/zip errors; corrupt:
+    ``UnpicklingError``; anything else ``torch.load`` raises) is named in a ``RuntimeWarning`` and
+    renamed ``<name>.corrupt`` so later restarts do not trip over it again; the next older one
+    is tried. Several ranks may do this at once: a file another rank already moved is skipped.
+    """
+    for path in reversed(list_checkpoints(folder)):
+        try:
+            state = load(path, device)
+        except FileNotFoundError:
+            continue  # another rank moved it aside a moment ago
+        except Exception as exc:  # noqa: BLE001 - whatever torch.load raises, the file does not load
+            aside = path.with_name(path.name + ".corrupt")
+            try:
+                os.replace(path, aside)
+                moved = f"moved it to {aside.name}"
+            except OSError as move_exc:
+                moved = f"could not move it aside ({move_exc})"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            warnings.warn(f"checkpoint {path} does not load ({type(exc).__name__}: {first[:200]}); {moved}; "
+                          "trying the next older checkpoint", RuntimeWarning, stacklevel=2)
+            continue
+        if not isinstance(state, dict) or "model" not in state:
+            warnings.warn(f"checkpoint {path} holds no model state; skipped", RuntimeWarning, stacklevel=2)
+            continue
+        return path, state
+    return None
 
 
 def model_state(model: torch.nn.Module, sharded: bool) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The engine's configuration: a tree of frozen, keyword-only dataclasses validated on creation.
 
-Every ``ValueError`` says what to change. ``TrainConfig.from_file`` reads TOML or JSON (sections
+Every field's type is checked first (``validation.check_fields``: no bool for an int, no 2.5
+for an int, no NaN/inf, a section where a section belongs), then its range. Every
+``ValueError`` names the key, the value and what to change. ``TrainConfig.from_file`` reads TOML or JSON (sections
 named after the fields below); ``to_file`` writes the same shape back, so a config that ``gpudoctor
 tune`` wrote can be read by the engine and a run's config can be stored next to its records.
 """
@@ -13,6 +15,8 @@ import sys
 import typing
 from pathlib import Path
 from typing import Any, Literal
+
+from gpudoctor.train.validation import check_fields
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,6 +56,7 @@ class PrecisionConfig:
     growth_interval: int = 2000
 
     def __post_init__(self) -> None:
+        check_fields(self, "precision.")
         _choice("precision.dtype", self.dtype, ("auto", "fp32", "tf32", "bf16", "fp16"))
         _positive("precision.grad_clip_norm", self.grad_clip_norm, allow_none=True)
         _positive("precision.init_scale", self.init_scale)
@@ -86,6 +91,7 @@ class ParallelConfig:
     comm_hook: Literal["none", "fp16", "bf16"] = "none"
 
     def __post_init__(self) -> None:
+        check_fields(self, "parallel.")
         _choice("parallel.strategy", self.strategy, ("auto", "none", "ddp", "fsdp"))
         _choice("parallel.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
         _positive("parallel.bucket_cap_mb", self.bucket_cap_mb)
@@ -121,6 +127,7 @@ class PerfConfig:
     activation_checkpointing: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_fields(self, "perf.")
         if self.channels_last not in (None, True, False):
             raise ValueError(f"perf.channels_last={self.channels_last!r}: use true, false, or leave it out (auto)")
         _choice("perf.compile_mode", self.compile_mode, ("default", "reduce-overhead", "max-autotune",
@@ -145,6 +152,7 @@ class CheckpointConfig:
     resume: Literal["auto", "never"] = "auto"
 
     def __post_init__(self) -> None:
+        check_fields(self, "checkpoint.")
         _positive("checkpoint.every_steps", self.every_steps, allow_none=True)
         _positive("checkpoint.keep_last", self.keep_last)
         _choice("checkpoint.resume", self.resume, ("auto", "never"))
@@ -185,6 +193,7 @@ class RobustConfig:
     oom_dir: str | None = None
 
     def __post_init__(self) -> None:
+        check_fields(self, "robust.")
         _positive("robust.min_micro_batch", self.min_micro_batch)
         _choice("robust.nonfinite", self.nonfinite, ("stop", "skip", "off"))
         _positive("robust.max_skips", self.max_skips)
@@ -203,15 +212,21 @@ class LogConfig:
         progress_bar: show a rich progress bar on rank 0.
         flops_per_sample: forward+backward FLOPs of one sample; ``None``: counted once on the
             GPU with ``FlopCounterMode`` (MFU is reported only where the GPU's peak is known).
+        warmup_steps: the first optimizer steps of each ``fit`` (compilation, cuDNN autotuning,
+            loader workers starting) are start-up: throughput and MFU are measured over the
+            steps after them, and the start-up time is reported on its own line.
     """
 
     every_steps: int = 50
     progress_bar: bool = True
     flops_per_sample: float | None = None
+    warmup_steps: int = 3
 
     def __post_init__(self) -> None:
+        check_fields(self, "log.")
         _positive("log.every_steps", self.every_steps)
         _positive("log.flops_per_sample", self.flops_per_sample, allow_none=True)
+        _positive("log.warmup_steps", self.warmup_steps)
 
 
 @dataclasses.dataclass(**_FROZEN)
@@ -244,6 +259,7 @@ class TrainConfig:
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
+        check_fields(self, "")
         _positive("grad_accum_steps", self.grad_accum_steps)
         _positive("batch_size", self.batch_size, allow_none=True)
         _positive("max_steps", self.max_steps, allow_none=True)
@@ -314,11 +330,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
             kwargs[name] = _build(hint, value, f"{prefix}{name}.")
-        elif typing.get_origin(hint) is tuple:
-            kwargs[name] = tuple(value)
-        else:
+        else:  # a section given a plain value is refused by the type check with the fix
             kwargs[name] = value
     return cls(**kwargs)
 

@@ -4,7 +4,7 @@ fused optimizers. None of them changes what is computed beyond float rounding.""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -73,8 +73,9 @@ def to_channels_last(value: object) -> object:
     return value
 
 
-def maybe_compile(model: torch.nn.Module, config: PerfConfig) -> torch.nn.Module:
-    return torch.compile(model, mode=config.compile_mode) if config.compile else model
+def maybe_compile(fn: Callable, config: PerfConfig) -> Callable:
+    """``torch.compile(fn)`` (a module or a function) when ``perf.compile`` is set, else ``fn``."""
+    return torch.compile(fn, mode=config.compile_mode) if config.compile else fn
 
 
 def adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay: float = 0.0,

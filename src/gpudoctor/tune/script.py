@@ -38,9 +38,7 @@ def measure(command: tuple[str, ...], knobs: str, run_dir: Path, *, steps: int, 
     """One fresh run of the script with ``knobs`` (a ``--try`` spec, "" for none), measured."""
     from gpudoctor.collectors.knobs import parse_knobs
     from gpudoctor.collectors.launch import RunSpec, run_instrumented
-    from gpudoctor.records.base import read_jsonl
-    from gpudoctor.records.rundir import KIND_STEPS
-    from gpudoctor.records.step import StepRecord
+    from gpudoctor.records.rundir import read_steps
 
     started = time.perf_counter()
     spec = RunSpec(command=command, run_dir=run_dir, steps=warmup + steps, profile=False,
@@ -52,7 +50,7 @@ def measure(command: tuple[str, ...], knobs: str, run_dir: Path, *, steps: int, 
     if status == "interrupted":
         raise KeyboardInterrupt
     path = run_dir / "steps-rank0.jsonl"
-    records = list(read_jsonl(path, StepRecord, kind=KIND_STEPS)) if path.exists() else []
+    records = read_steps(path) if path.exists() else []
     if status not in ("stopped", "completed"):
         why = outcome.manifest.error or outcome.message or status
         verdict = TrialVerdict.OOM if "OutOfMemoryError" in why else TrialVerdict.FAILED

@@ -265,7 +265,7 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
             # the last step's end on the GPU: a few steps served from a full prefetch queue would
             # otherwise hide a loader that cannot keep up.
             step_ms = result.elapsed_s * 1e3 / max(result.steps, 1)
-            rate = result.samples_per_s or None
+            rate = result.overall_samples_per_s or None
         else:
             host = _median([r.step_ms for r in steady])
             gpu = _median([r.gpu_ms for r in steady if r.gpu_ms is not None])

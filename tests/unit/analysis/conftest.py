@@ -61,6 +61,9 @@ def window(rank: int = 0, **kw) -> WindowSummary:
                 gpu_busy_frac=0.92, kernel_count=1500, kernel_us_p50=45.0, kernel_us_p90=300.0,
                 kernels_under_10us_frac=0.2, sync_calls=0, sync_ms=0.0, launch_count=1500)
     base.update(kw)
+    if "gpu_busy_frac" in kw and "gpu_busy_ms" not in kw and kw["gpu_busy_frac"] is not None:
+        # a test that plants a busy share means a share of the window's steps
+        base["gpu_busy_ms"] = kw["gpu_busy_frac"] * base["wall_ms"]
     return WindowSummary(**base)
 
 

@@ -25,7 +25,7 @@ def _loader_run(build, *, cpus, ranks, on_gpu=True, **loader):
         cfg.update(device="cpu", cuda_device_index=None)
     config = build.config(**cfg)
     run = build.run(steps_by_rank={0: build.steps(data_wait_ms=24.0, gpu_ms=14.0 if on_gpu else None)},
-                    configs={0: config}, windows={0: build.window(gpu_busy_frac=0.35 if on_gpu else None)})
+                    configs={0: config}, windows={0: build.window(gpu_busy_frac=0.35)} if on_gpu else {})
     return diagnose(run), config
 
 
@@ -83,3 +83,17 @@ def test_plan_keeps_settings_already_right(build) -> None:
     plan = loader_plan(build.loader(num_workers=2, pin_memory=True, persistent_workers=True, prefetch_factor=8),
                        build.config(usable_cpus=64, local_world_size=8), True)
     assert plan.workers == 7 and plan.knobs() == "num_workers=7,non_blocking"
+
+
+@pytest.mark.parametrize(("code", "knobs"), [
+    ("GD-RUN-CHANNELS-LAST", "channels_last"), ("GD-RUN-CUDNN-BENCHMARK", "cudnn_benchmark"),
+    ("GD-RUN-LAUNCH-BOUND", "compile"), ("GD-RUN-H2D-BLOCKING", "non_blocking"),
+    ("GD-RUN-H2D-PAGEABLE", "pin_memory,non_blocking"), ("GD-RUN-FRAGMENTATION", "expandable_segments"),
+    ("GD-RUN-HOST-SYNC", None)])
+def test_each_testable_code_maps_to_valid_knobs(build, code: str, knobs: str | None) -> None:
+    from gpudoctor.records.finding import Finding, Severity
+
+    finding = Finding(code=code, severity=Severity.WARN, title="t")
+    assert knobs_for(finding, build.config()) == knobs
+    if knobs:
+        parse_knobs(knobs)

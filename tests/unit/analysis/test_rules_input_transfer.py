@@ -22,7 +22,7 @@ def test_data_loader_bound_with_defaults(build):
     assert f.expected_gain == 0.6
     assert f.title == "Data-loader bound: 60.0% of each step waits for the next batch"
     assert f.evidence == (
-        "waiting for the next batch: median 24.00 ms of a 40.00 ms step (60.0%), rank 0",
+        "waiting for the next batch: 24.00 ms of a 40.00 ms mean step (median 24.00 ms of 40.00 ms), rank 0",
         "DataLoader: num_workers=0, pin_memory=False, persistent_workers=False, "
         "prefetch_factor=None, batch_size=128",
         "GPU busy 35.0% of the step",
@@ -41,9 +41,17 @@ def test_data_loader_uses_worst_rank(build):
     run = build.run(
         steps_by_rank={0: build.steps(rank=0), 1: build.steps(rank=1, data_wait_ms=8.0)},
         configs={0: build.config(0, world_size=2), 1: build.config(1, world_size=2)},
-        windows={0: build.window(0), 1: build.window(1)}, world_size=2)
+        windows={0: build.window(0), 1: build.window(1, gpu_busy_frac=0.5)}, world_size=2)
     f = by_code(diagnose(run))["GD-RUN-DATALOADER"]
     assert f.expected_gain == 0.2 and "rank 1" in f.evidence[0]
+    assert f.evidence[-1] == "rank 1 of 2 is the worst; the other ranks do not show it"
+
+
+def test_a_data_wait_hidden_by_queued_gpu_work_is_no_finding(build):
+    # the host waits 8 ms a step for data, but the GPU is busy 92% of the step meanwhile: the
+    # wait overlaps queued work, only 3.2 ms (8%) of it leaves the GPU idle
+    run = build.run(steps_by_rank={0: build.steps(data_wait_ms=8.0)})
+    assert "GD-RUN-DATALOADER" not in by_code(diagnose(run))
 
 
 def test_per_sample_copies_owns_the_data_wait(build):

@@ -17,7 +17,7 @@ def test_leak(build):
     assert f.severity is Severity.WARN and f.expected_gain is None
     assert f.evidence == (
         "allocated grew from 1.0 GiB to 1.1 GiB over 20 steps after warm-up: +4.0 MiB per step "
-        "(least squares, R^2 1.00)",
+        "(least squares, R^2 1.00), rank 0",
         "at this rate the 140.0 GiB GPU is full in about 34304 more steps",
     )
     assert f.title == "Memory leak: allocated memory grows 4.0 MiB every step"

@@ -39,6 +39,7 @@ def test_fix_leaves_unfixable_violations_and_other_code_alone(tmp_path: Path) ->
         "x.cuda()  # noqa: GD101\n"
         "model = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n"
         "optimizer.zero_grad(set_to_none=False)\n"
+        "model(x).sum().backward()\n"
     )
     target = tmp_path / "t.py"
     target.write_text(source, encoding="utf-8")

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.lint.engine import lint_source
+from gpudoctor.lint.config import LintConfig
+from gpudoctor.lint.engine import lint_source, lint_text
+from gpudoctor.lint.shell import lint_shell
 from gpudoctor.lint.registry import ALL_RULES, RULES_BY_CODE, select_rules
 from gpudoctor.lint.rules.base import validate_rule
 
@@ -25,20 +27,26 @@ CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 
 def _run(path: Path, code: str) -> list[str]:
-    found = lint_source(path.read_text(encoding="utf-8"), str(path), select_rules([code]))
+    found = lint_text(path.read_text(encoding="utf-8"), str(path), select_rules([code]), LintConfig())
     return [f"{v.line}:{v.col} {v.code} {v.message}" for v in found]
+
+
+def _fixture(code: str, kind: str) -> Path:
+    """``bad.py``/``good.py``, or ``bad.sh``/``good.sh`` for a shell-script rule."""
+    suffix = getattr(RULES_BY_CODE[code], "KIND", "py")
+    return FIXTURES / code / f"{kind}.{suffix}"
 
 
 @pytest.mark.parametrize("code", CASES)
 def test_bad_fixture_matches_expected(code: str) -> None:
     expected = (FIXTURES / code / "expected.txt").read_text(encoding="utf-8").splitlines()
     assert expected, f"{code}/expected.txt is empty: a bad fixture must trigger the rule"
-    assert _run(FIXTURES / code / "bad.py", code) == expected
+    assert _run(_fixture(code, "bad"), code) == expected
 
 
 @pytest.mark.parametrize("code", CASES)
 def test_good_fixture_is_silent(code: str) -> None:
-    assert _run(FIXTURES / code / "good.py", code) == []
+    assert _run(_fixture(code, "good"), code) == []
 
 
 def test_every_rule_has_fixtures_and_every_fixture_a_rule() -> None:
@@ -61,6 +69,10 @@ def test_rule_module_is_complete_and_named_after_its_code(rule) -> None:
     assert module_file.startswith(rule.CODE.lower() + "_"), module_file
     assert rule.MESSAGE and len(rule.RATIONALE) > 80
     # the documented examples behave as documented
+    if getattr(rule, "KIND", "py") == "sh":
+        assert lint_shell(rule.BAD, "doc.sh", [rule]), f"{rule.CODE}: the BAD example does not fire"
+        assert not lint_shell(rule.GOOD, "doc.sh", [rule]), f"{rule.CODE}: the GOOD example fires"
+        return
     bad = lint_source(HEADER + _prelude(rule.CODE) + rule.BAD, "doc.py", [rule])
     assert any(v.code == rule.CODE for v in bad), f"{rule.CODE}: the BAD example does not fire"
     good = lint_source(HEADER + _prelude(rule.CODE) + rule.GOOD, "doc.py", [rule])
@@ -80,6 +92,7 @@ def _prelude(code: str) -> str:
         "GD501": "model = nn.Linear(3, 3).cuda()\ncriterion = nn.MSELoss()\n",
         "GD503": "for x in loader:\n    x.sum().backward()\n    optimizer.step()\n    optimizer.zero_grad()\n",
         "GD505": "for x in loader:\n    x.sum().backward()\n    optimizer.step()\n    optimizer.zero_grad()\n",
+        "GD401": "model = nn.Linear(3, 3)\nmodel(torch.randn(2, 3)).sum().backward()\n",
         "GD305": "optimizer = torch.optim.SGD([], lr=0.1)\n",
         "GD901": "for x in loader:\n    x.sum().backward()\n    optimizer.step()\n    optimizer.zero_grad()\n",
     }.get(code, "device = 'cuda'\n")

@@ -33,7 +33,11 @@ def test_reduce_window() -> None:
     s = reduce_events(events, rank=1, first_step=10, last_step=14, wall_ms=1.0)
     # device union: [100, 380] + [500, 550] + [600, 610] + [700, 701] = 280 + 50 + 10 + 1
     assert s.gpu_busy_ms == pytest.approx(0.341)
-    assert s.gpu_busy_frac == pytest.approx(0.341)
+    # on the GPU timeline, first device event to last: [100, 701]
+    assert s.gpu_span_ms == pytest.approx(0.601)
+    assert s.gpu_busy_frac == pytest.approx(0.341 / 0.601)
+    # compute kernels [100, 300] + [250, 258]: 200 us; copies [500, 550] + [600, 610], no kernel over them
+    assert s.kernel_ms == pytest.approx(0.2) and s.memcpy_ms == pytest.approx(0.06)
     assert s.kernel_count == 3 and s.kernels_under_10us_frac == pytest.approx(1 / 3)
     assert s.kernel_us_p50 == 100 and s.kernel_us_p90 == 200
     assert s.nccl_ms == pytest.approx(0.1) and s.nccl_overlap_frac == pytest.approx(0.2)
@@ -51,9 +55,31 @@ def test_cpu_only_window_says_why_gpu_figures_are_missing() -> None:
     assert s.nccl_overlap_frac is None and "CPU run" in s.note
 
 
-def test_busy_fraction_never_exceeds_one() -> None:
-    s = reduce_events([_dev("k", 0, 5000)], rank=0, first_step=0, last_step=0, wall_ms=1.0)
-    assert s.gpu_busy_frac == 1.0
+def test_gpu_figures_come_from_the_gpu_timeline_not_host_wall_time() -> None:
+    # a GPU-bound host runs ahead: 1 ms of host time in the window, 5 ms of GPU work in it;
+    # nothing is clipped to the host's wall time
+    s = reduce_events([_dev("k", 0, 4000), _dev("k", 4500, 1000)], rank=0, first_step=0,
+                      last_step=0, wall_ms=1.0)
+    assert s.gpu_busy_ms == pytest.approx(5.0) and s.gpu_span_ms == pytest.approx(5.5)
+    assert s.gpu_busy_frac == pytest.approx(5.0 / 5.5)
+
+
+def _flop(name: str, flops: float) -> Event:
+    return Event(name=name, on_device=False, start_us=0, dur_us=1, flops=flops)
+
+
+def test_window_flops_count_convolution_backward_twice_more() -> None:
+    # the profiler counts FLOPs of forward convolutions only; a training step's backward runs a
+    # data-gradient and a weight-gradient convolution of the same size; mm ops of both passes
+    # are counted where they run
+    events = [_flop("aten::conv2d", 10.0), _flop("aten::convolution_backward", 0.0),
+              _flop("aten::addmm", 3.0), _flop("aten::mm", 6.0), _flop("aten::mul", 100.0)]
+    s = reduce_events(events, rank=0, first_step=0, last_step=0, wall_ms=1.0)
+    assert s.flops == pytest.approx(3 * 10.0 + 3.0 + 6.0)  # element-wise mul is not a model FLOP
+    inference = reduce_events(events[:1], rank=0, first_step=0, last_step=0, wall_ms=1.0)
+    assert inference.flops == pytest.approx(10.0)
+    assert reduce_events([_cpu("aten::relu", 0, 1)], rank=0, first_step=0, last_step=0,
+                         wall_ms=1.0).flops is None
 
 
 def test_gloo_collectives_count_as_communication_once_per_instant() -> None:

@@ -13,7 +13,7 @@ from gpudoctor.records.memory import AllocatorStats
 from gpudoctor.records.run import RankConfig, RunManifest
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.step import StepRecord
-from gpudoctor.analysis.run_stats import step_stats
+from gpudoctor.analysis.run_stats import run_stats
 from gpudoctor.report.run_summary import render_summary
 from gpudoctor.analysis.try_compare import judge, needs_more
 from gpudoctor.report.try_view import compare, render_try, try_verdict
@@ -50,7 +50,7 @@ def _run(knobs: tuple[str, ...], *, step_ms: float, wait_ms: float, status: str 
 
 
 def test_step_stats_skip_warmup_and_window() -> None:
-    stats = step_stats(0, _steps(0, 30, step_ms=20.0, wait_ms=8.0), (10, 14))
+    stats = run_stats(_run((), step_ms=20.0, wait_ms=8.0))[0]
     assert stats.steps == 20  # 30 - 5 warm-up - 5 in the profiler window
     assert stats.unit == "samples/s" and stats.pageable_frac == 1.0 and stats.h2d_mb == 6.0
 

@@ -78,8 +78,12 @@ def test_summary_golden(golden):
         steps=1000, epochs_completed=10, samples=512000, elapsed_s=12.34, samples_per_s=41490.0,
         global_batch=2048, per_device_batch=512, grad_accum_steps=2, world_size=2, precision="bf16",
         strategy="ddp", micro_batch_split=2, skipped_steps=1, resumed_from_step=400, train_loss=0.4321,
-        val_loss=None, flops_per_sample=1.7e9, mfu=0.4123, mfu_reason=None, lr_scale=2.0, stopped_reason=None)
+        val_loss=None, flops_per_sample=1.7e9, mfu=0.4123, mfu_reason=None, lr_scale=2.0, stopped_reason=None,
+        overall_samples_per_s=38012.0, steady_steps=597, warmup_steps=3, startup_s=2.81, first_batch_s=0.62)
+    # a run too short for a steady state: the whole-run rate, said so
     no_gpu = FitResult(**{**{f: getattr(result, f) for f in result.__dataclass_fields__}, "mfu": None,
                           "mfu_reason": "MFU needs a GPU", "resumed_from_step": None,
-                          "stopped_reason": "max_steps=1000 reached", "lr_scale": 1.0})
+                          "stopped_reason": "max_steps=3 reached", "lr_scale": 1.0, "steps": 3,
+                          "steady_steps": 0, "startup_s": None, "samples_per_s": 1239.0,
+                          "overall_samples_per_s": 1239.0})
     golden("train/summary.txt", format_summary(result) + "---\n" + format_summary(no_gpu))

@@ -82,26 +82,27 @@ def test_oom_recovery_on_a_list_of_ready_made_batches() -> None:
 def test_flop_count_runs_on_a_few_samples_so_a_batch_near_the_limit_cannot_fail_it():
     # on CUDA the first step counts FLOPs before training: on the whole batch, a batch the OOM
     # recovery would have split failed there first and ended the run
-    import gpudoctor.train.loop as loop
+    import gpudoctor.train.engine as engine
 
-    model = _OomAbove(limit=loop.FLOP_SAMPLES)
+    model = _OomAbove(limit=engine.FLOP_SAMPLES)
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
                       config=cpu_config())
     batch = (torch.randn(64, 8), torch.randint(0, 3, (64,)))
-    per_sample = trainer._count_flops(batch)
+    per_sample = trainer.engine.count_flops(trainer.loss_fn, trainer.unpack, batch)
     assert all(p.grad is None for p in model.parameters())  # the counting pass leaves no gradients
-    whole = loop.count_flops(lambda: nn.functional.cross_entropy(model.inner(batch[0]), batch[1]).backward())
+    whole = engine.count_flops(lambda: nn.functional.cross_entropy(model.inner(batch[0]), batch[1]).backward())
     assert per_sample == pytest.approx(whole / 64)
 
 
 def test_flop_count_that_runs_out_of_memory_leaves_mfu_unknown(monkeypatch):
-    import gpudoctor.train.loop as loop
+    import gpudoctor.train.engine as engine
 
     def oom(run):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (simulated)")
 
-    monkeypatch.setattr(loop, "count_flops", oom)
+    monkeypatch.setattr(engine, "count_flops", oom)
     model = tiny_model(dropout=0.0)
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
                       config=cpu_config())
-    assert trainer._count_flops((torch.randn(16, 8), torch.randint(0, 3, (16,)))) is None
+    batch = (torch.randn(16, 8), torch.randint(0, 3, (16,)))
+    assert trainer.engine.count_flops(trainer.loss_fn, trainer.unpack, batch) is None

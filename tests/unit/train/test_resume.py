@@ -60,7 +60,7 @@ def test_crash_mid_write_leaves_previous_checkpoint_readable(tmp_path, monkeypat
     monkeypatch.undo()
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step-00000001.pt"]
     assert ckpt.load(ckpt.latest_checkpoint(tmp_path))["x"].item() == 1.0
-    assert ckpt.prune(tmp_path, keep_last=1) == [tmp_path / "step-00000002.pt.tmp"]
+    assert list(tmp_path.glob("*.tmp")) == []  # the failed save removed its own temp file
 
 
 def test_module_prefix_handled_both_ways():

@@ -90,12 +90,13 @@ def test_loader_trial_compiles_before_the_loader_is_timed(monkeypatch: pytest.Mo
     real loader from a clean record: the compile is not counted as the loader's time."""
     import dataclasses
 
+    import gpudoctor.train.engine as engine
     import gpudoctor.train.loop as loop
     from gpudoctor.tune.target import LoaderSettings
     from gpudoctor.tune.trials import execute
 
     compiled: list[bool] = []
-    monkeypatch.setattr(loop, "maybe_compile", lambda model, perf: compiled.append(perf.compile) or model)
+    monkeypatch.setattr(engine, "maybe_compile", lambda fn, perf: compiled.append(perf.compile) or fn)
     fed: list[str] = []
     real_fit = loop.Trainer.fit
 

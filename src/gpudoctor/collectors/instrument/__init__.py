@@ -16,6 +16,13 @@ Environment contract (set by the launcher, read by the probes):
 * ``GPUDOCTOR_KNOBS`` — the ``--try`` knobs, see :mod:`gpudoctor.collectors.knobs`.
 * ``GPUDOCTOR_MEMORY_STAGES`` — memory mode (``gpudoctor memory run``): probe the allocator at
   each stage of the first N optimizer steps (empty or ``0``: off, the default).
+
+Set by the probes themselves, for the interpreters below them (which ones are probed: see the
+``sitecustomize``):
+
+* ``GPUDOCTOR_OWNER_PID`` — the nearest probed process above; ``GPUDOCTOR_OWNER_ELASTIC`` —
+  ``"1"`` when that process is itself a ``torchrun`` worker.
+* ``GPUDOCTOR_SPAWN_PARENT`` — set only while ``torch.multiprocessing`` starts its ranks.
 """
 
 from __future__ import annotations
@@ -31,3 +38,6 @@ ENV_KEEP_TRACE = "GPUDOCTOR_KEEP_TRACE"
 ENV_KNOBS = "GPUDOCTOR_KNOBS"
 ENV_PKG_ROOT = "GPUDOCTOR_PKG_ROOT"
 ENV_MEMORY_STAGES = "GPUDOCTOR_MEMORY_STAGES"
+ENV_OWNER_PID = "GPUDOCTOR_OWNER_PID"
+ENV_OWNER_ELASTIC = "GPUDOCTOR_OWNER_ELASTIC"
+ENV_SPAWN_PARENT = "GPUDOCTOR_SPAWN_PARENT"

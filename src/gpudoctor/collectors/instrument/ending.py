@@ -11,8 +11,9 @@ import signal
 import sys
 from typing import Any
 
-from gpudoctor.collectors.instrument.probes import _apply, _flush_ready, _set
+from gpudoctor.collectors.instrument.probes import _apply, _set
 from gpudoctor.collectors.instrument.state import S, is_owner
+from gpudoctor.collectors.instrument.stepfile import flush_ready
 from gpudoctor.records.base import write_json
 from gpudoctor.records.rundir import KIND_CONFIG, KIND_WINDOW, config_file, window_file
 
@@ -86,7 +87,7 @@ def finish(reason: str) -> None:
             _apply(S.lazy.poll(wait=True))  # sync point: the run is over
         except Exception:  # noqa: BLE001 - a dead CUDA context must not lose the records
             pass
-        _flush_ready(final=True)
+        flush_ready(final=True)
         if S.writer is not None:
             S.writer.close()
         write_config()

@@ -4,7 +4,8 @@ Each wrapper does host-side bookkeeping only and calls the original. Wrappers ch
 ``S.quiet`` first so the probes' own tensor calls are not counted as the user's, and
 ``torch.compiler.is_compiling()`` so TorchDynamo traces straight through them.
 
-Counted as host syncs (each one waits for the GPU when the tensor is on CUDA): ``.item()``,
+Counted as host syncs, and timed (the host's time blocked in them: each one waits for the GPU
+when the tensor is on CUDA): ``.item()``,
 ``.cpu()``, ``.tolist()``, ``.numpy()``, ``bool(tensor)``, ``.to("cpu")``/``copy_`` to the host
 without ``non_blocking``, ``torch.cuda.synchronize()``, and printing or formatting a CUDA tensor.
 GradScaler's own found-inf check inside ``scaler.step`` is not counted: it is the price of fp16
@@ -84,9 +85,11 @@ def _patch_tensor(torch: Any) -> None:
         if S.quiet or _is_compiling():
             return orig_to(self, *args, **kwargs)
         if self.is_cuda:
+            t0 = _perf()
             out = orig_to(self, *args, **kwargs)
             if out is not self and not out.is_cuda and not _non_blocking(args, kwargs):
                 S.syncs += 1  # device to host, blocking: the host waits for the GPU
+                S.sync_s += _perf() - t0
             return out
         t0 = _perf()
         out = orig_to(self, *args, **kwargs)
@@ -106,9 +109,11 @@ def _patch_tensor(torch: Any) -> None:
         if S.quiet or _is_compiling():
             return orig_copy(self, src, *args, **kwargs)
         if not self.is_cuda:
+            t0 = _perf()
             out = orig_copy(self, src, *args, **kwargs)
             if getattr(src, "is_cuda", False) and not _non_blocking(args, kwargs):
                 S.syncs += 1  # device to host, blocking
+                S.sync_s += _perf() - t0
             return out
         t0 = _perf()
         out = orig_copy(self, src, *args, **kwargs)
@@ -130,9 +135,11 @@ def _counting(orig: Any) -> Any:
         if self.is_cuda:
             S.syncs += 1
             S.quiet = True  # formatting calls .item()/.tolist() inside: count the print once
+            t0 = _perf()
             try:
                 return orig(self, *args, **kwargs)
             finally:
+                S.sync_s += _perf() - t0  # the host blocked until the GPU caught up
                 S.quiet = False
         return orig(self, *args, **kwargs)
 
@@ -149,9 +156,14 @@ def _patch_sync(torch: Any) -> None:
     orig_sync = torch.cuda.synchronize
 
     def synchronize(device=None):
-        if not S.quiet:
-            S.syncs += 1
-        return orig_sync(device)
+        if S.quiet:
+            return orig_sync(device)
+        S.syncs += 1
+        t0 = _perf()
+        try:
+            return orig_sync(device)
+        finally:
+            S.sync_s += _perf() - t0
 
     synchronize.__doc__ = orig_sync.__doc__
     synchronize.__wrapped__ = orig_sync
@@ -205,6 +217,9 @@ def _patch_loader(torch: Any) -> None:
                 S.info["fetched"] = True
                 S.t_last = t0  # step 0 starts with its first batch, not at import
             S.data_wait_s += _perf() - t0
+        counts = S.loader_configs.get(getattr(self, "_gpudoctor_loader", None))
+        if counts is not None:
+            counts["batches"] = counts.get("batches", 0) + 1  # which loader the loop iterates
         if not S.quiet:
             samples, tokens = _batch_size(return_value, torch)
             if samples is not None:
@@ -218,10 +233,15 @@ def _patch_loader(torch: Any) -> None:
     orig_iter = tud.DataLoader.__iter__
 
     def __iter__(self):
+        it = orig_iter(self)
         if probes.is_owner():
             S.loaders.add(self)
             S.loader_configs.setdefault(id(self), {"epochs": 0})["epochs"] += 1
-        return orig_iter(self)
+            try:
+                it._gpudoctor_loader = id(self)
+            except AttributeError:  # an iterator type that takes no attributes: not counted
+                pass
+        return it
 
     tud.DataLoader.__iter__ = __iter__
 

@@ -1,4 +1,4 @@
-"""Per-rank probes: install, step boundaries, per-step records, lazy reads, buffered writing.
+"""Per-rank probes: install, step boundaries, per-step records, lazy reads, writing at each step.
 
 Everything on the hot path is host-side bookkeeping: counters, ``time.perf_counter``, a CUDA
 event record, the allocator's host counters. Device values (GPU time, loss, scale) are read
@@ -35,14 +35,15 @@ from typing import Any
 from gpudoctor.collectors.instrument import (
     ENV_KEEP_TRACE,
     ENV_MEMORY_STAGES,
+    ENV_OWNER_ELASTIC,
+    ENV_OWNER_PID,
     ENV_PROFILE,
     ENV_RUN_DIR,
     ENV_STEPS,
 )
-from gpudoctor.collectors.instrument.state import FLUSH_EVERY_S, FLUSH_EVERY_STEPS, MAX_LAG_STEPS, S, is_owner
-from gpudoctor.records.base import JsonlWriter
-from gpudoctor.records.rundir import KIND_STEPS, steps_file
-from gpudoctor.records.step import StepRecord
+from gpudoctor.collectors.instrument.state import S, is_owner
+from gpudoctor.collectors.instrument.stepfile import flush_ready
+from gpudoctor.records.base import to_dict
 
 def install() -> None:
     """Read the environment and install every probe. Called once, right after ``import torch``."""
@@ -51,14 +52,17 @@ def install() -> None:
     run_dir = os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         return
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
-        return  # a spawned DataLoader worker or helper: nothing to measure here
+    # Which interpreters get here is decided by the sitecustomize (the training processes only);
+    # claim this one, so that the interpreters it starts know a probed process is above them.
+    os.environ[ENV_OWNER_PID] = str(os.getpid())
+    os.environ[ENV_OWNER_ELASTIC] = "1" if "TORCHELASTIC_RUN_ID" in os.environ else ""
     S.installed = True
     S.owner_pid = os.getpid()
     S.run_dir = Path(run_dir)
     S.rank = _env_int("RANK", 0)
+    from gpudoctor.collectors.instrument import stackdump
+
+    stackdump.install(S.run_dir, _env_int("RANK", -1))
     steps = os.environ.get(ENV_STEPS, "")
     S.steps_limit = int(steps) if steps else None
     window = os.environ.get(ENV_PROFILE, "")
@@ -73,6 +77,9 @@ def install() -> None:
 
     patches.install_all()
     knobs.apply_from_env()
+    from gpudoctor.collectors.instrument import spawn
+
+    spawn.install()
 
     import torch.optim.optimizer as optim_mod
 
@@ -192,6 +199,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "h2d_copies": S.h2d_copies,
             "h2d_blocking_copies": S.h2d_blocking,
             "host_syncs": S.syncs,
+            "sync_ms": S.sync_s * 1000.0,
             "samples": S.samples,
             "tokens": S.tokens,
             "micro_steps": max(S.backwards, 1),
@@ -224,7 +232,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             from gpudoctor.collectors.instrument.ending import write_config
 
             write_config()
-        _flush_ready(force=step == 0)
+        flush_ready()
     finally:
         S.quiet = was_quiet
     if S.steps_limit is not None and S.step >= S.steps_limit:
@@ -249,7 +257,8 @@ def _gpu_boundary(step: int, fields: dict[str, Any], waiting: set[str]) -> None:
     S.span_start = S.timer.start()
     for tag, ms in S.timer.poll():  # never blocks
         _set(tag, "gpu_ms", ms)
-    fields["mem"] = _allocator_stats()
+    stats = _allocator_stats()
+    fields["mem"] = to_dict(stats) if stats is not None else None
 
 
 def _allocator_stats() -> Any:
@@ -307,29 +316,8 @@ def _set(step: Any, field: str, value: Any) -> None:
         return
     fields[field] = value
     S.waiting.get(step, set()).discard(field)
-
-
-def _flush_ready(*, force: bool = False, final: bool = False) -> None:
-    now = time.perf_counter()
-    if not (force or final or now - S.last_flush >= FLUSH_EVERY_S or len(S.pending) > FLUSH_EVERY_STEPS):
-        return  # most steps: nothing due, and no scan of the pending steps
-    ready = []
-    for step in sorted(S.pending):
-        if not final and step >= S.step - 1:
-            break  # the step that just ended may still get its GradScaler scale (update() follows)
-        if S.waiting.get(step) and not final and S.step - step <= MAX_LAG_STEPS:
-            break  # keep the file in step order: wait for the oldest
-        ready.append(step)
-    if not ready or not (force or final or now - S.last_flush >= FLUSH_EVERY_S or len(ready) >= FLUSH_EVERY_STEPS):
-        return
-    if S.writer is None:
-        assert S.run_dir is not None
-        S.writer = JsonlWriter(S.run_dir / steps_file(S.rank), kind=KIND_STEPS)
-    for step in ready:
-        fields = S.pending.pop(step)
-        S.waiting.pop(step, None)
-        S.writer.write(StepRecord(**fields))
-    S.last_flush = now
+    if step in S.written:
+        S.changed.add(step)
 
 
 # ---- the profiler window ---------------------------------------------------------------------

@@ -26,6 +26,9 @@ def capture(state: Any) -> RankConfig:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         backend = str(torch.distributed.get_backend())
+        state.info["dist"] = (rank, world, backend)
+    elif "dist" in state.info:  # written again at the end, after destroy_process_group
+        rank, world, backend = state.info["dist"]
     optimizer = state.info.get("optimizer")
     params = _params(optimizer)
     device = params[0].device if params else torch.device("cpu")
@@ -177,5 +180,6 @@ def _loader_config(loader: Any, state: Any) -> LoaderConfig:
         dataset_len=length,
         set_epoch_called=bool(getattr(sampler, "_gpudoctor_set_epoch", False)) if is_dist else None,
         epochs_started=state.loader_configs.get(id(loader), {}).get("epochs", 0),
+        batches=state.loader_configs.get(id(loader), {}).get("batches", 0),
         pin_memory_device=str(getattr(loader, "pin_memory_device", "") or ""),
     )

@@ -1,4 +1,4 @@
-"""The per-process state the probes share: one :data:`S`, plus the flush cadence."""
+"""The per-process state the probes share: one :data:`S`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import os
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.collectors.instrument.lazy import LazyValues
-from gpudoctor.records.base import JsonlWriter
 
-FLUSH_EVERY_S = 0.5
-FLUSH_EVERY_STEPS = 50
+if TYPE_CHECKING:
+    from gpudoctor.collectors.instrument.stepfile import StepFile
+
 MAX_LAG_STEPS = 16  # a step whose lazy values are still missing after this many steps is written without them
 
 
@@ -40,8 +40,9 @@ class State:
         self.reset_step()
         self.pending: dict[int, dict[str, Any]] = {}
         self.waiting: dict[int, set[str]] = {}
-        self.writer: JsonlWriter | None = None
-        self.last_flush = 0.0
+        self.written: set[int] = set()  # pending steps already on disk as a provisional line
+        self.changed: set[int] = set()  # of those, steps that got a late value since
+        self.writer: StepFile | None = None
         self.timer: Any = None
         self.span_start: Any = None
         self.lazy = LazyValues()
@@ -51,6 +52,14 @@ class State:
         self.info: dict[str, Any] = {}  # config facts seen by the patches (autocast, ddp, ...)
         self.finished = False
 
+    def adopt(self) -> None:
+        """In a forked training rank: this process's own state, keeping the installed settings
+        (the patches and hooks came along with the fork)."""
+        keep = {k: getattr(self, k) for k in ("installed", "run_dir", "rank", "steps_limit", "window", "keep_trace")}
+        self.__init__()  # type: ignore[misc]
+        for name, value in keep.items():
+            setattr(self, name, value)
+
     def reset_step(self) -> None:
         self.data_wait_s = 0.0
         self.h2d_s = 0.0
@@ -59,6 +68,7 @@ class State:
         self.h2d_copies = 0
         self.h2d_blocking = 0
         self.syncs = 0
+        self.sync_s = 0.0
         self.samples: int | None = None
         self.tokens: int | None = None
         self.backwards = 0

@@ -23,36 +23,62 @@ RATIONALE = (
     "measured ceilings): the seeds' symptom is GPU-Util under 50% while a CPU core is at 100%. "
     "`--fix` adds the missing `num_workers=4, pin_memory=True`; tune the worker count with "
     "`gpudoctor tune`. Only files that use CUDA are checked, and a loader built with `**kwargs` "
-    "or a non-literal value is left alone."
+    "or a non-literal value is left alone; so is the worker count of a loader over a "
+    "`TensorDataset` (already in memory) or over a helper's `dataset` parameter."
 )
 BAD = "loader = DataLoader(train_set, batch_size=64, shuffle=True)\n"
 GOOD = "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)\n"
 LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 
-def missing(call: ast.Call) -> tuple[list[str], list[str]]:
+IN_MEMORY = frozenset({"TensorDataset", "StackDataset"})
+
+
+def _in_memory(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
+    """The dataset is tensors already in memory (``TensorDataset``) or a parameter of a helper
+    (``def make_loader(dataset): ...``) whose loading cost cannot be known here."""
+    data = call.args[0] if call.args else kwarg(call, "dataset")
+    if ctx is None or data is None:
+        return False
+    if isinstance(data, ast.Name):
+        if data.id in ctx.params.get(func, ()):
+            return True
+        values = ctx.assigned(data.id, func)
+        data = values[-1] if len(values) == 1 else data
+    return isinstance(data, ast.Call) and (ctx.qualname(data.func) or "").rsplit(".", 1)[-1] in IN_MEMORY
+
+
+def missing(call: ast.Call, ctx: FileContext | None = None, func: object = None) -> tuple[list[str], list[str]]:
     """(problems to report, keyword arguments ``--fix`` may add)."""
     problems, addable = [], []
     workers = kwarg(call, "num_workers")
     if workers is None and len(call.args) < 6:
-        problems.append("num_workers=0 (the default)")
-        addable.append("num_workers")
+        if not _in_memory(ctx, call, func):
+            problems.append("num_workers=0 (the default)")
+            addable.append("num_workers")
     elif is_const(workers, 0):
         problems.append("num_workers=0")
-    if kwarg(call, "pin_memory") is None and len(call.args) < 8:
+    pin = kwarg(call, "pin_memory")
+    if pin is None and len(call.args) < 8:
         problems.append("pin_memory=False (the default)")
         addable.append("pin_memory")
+    elif is_const(pin, False):
+        problems.append("pin_memory=False")
     return problems, addable
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.uses_cuda:
         return
-    for call, _ in ctx.calls:
+    for call, where in ctx.calls:
         if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call):
             continue
-        problems, _ = missing(call)
+        problems, _ = missing(call, ctx, where.func)
         if problems:
             what = " and ".join(problems)
-            yield Hit(call, f"DataLoader with {what} in GPU code: the GPU waits on loading in the "
-                            "main process; set num_workers>0 and pin_memory=True")
+            if any(p.startswith("num_workers") for p in problems):
+                yield Hit(call, f"DataLoader with {what} in GPU code: the GPU waits on loading in the "
+                                "main process; set num_workers>0 and pin_memory=True")
+            else:
+                yield Hit(call, f"DataLoader with {what} in GPU code: batches are copied from pageable "
+                                "memory (slower, and non_blocking copies cannot overlap); set pin_memory=True")

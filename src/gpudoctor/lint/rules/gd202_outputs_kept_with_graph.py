@@ -31,17 +31,31 @@ def _inside(node: ast.AST, loop: ast.AST) -> bool:
     return loop.lineno <= getattr(node, "lineno", 0) <= (loop.end_lineno or loop.lineno)
 
 
+def _self_list(ctx: FileContext, holder: ast.AST, where) -> bool:
+    """``self.<attr>`` assigned a list literal in its class, and never inside this loop."""
+    if not (isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self"):
+        return False
+    values = ctx.attr_assigns.get(ctx.func_cls.get(where.func), {}).get(holder.attr, [])
+    return bool(values) and all(isinstance(v, (ast.List, ast.ListComp)) or (
+        isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "list") for v, _ in values
+    ) and not any(_inside(v, where.loop) for v, _ in values)
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for stmt, where in ctx.stmts:
         if where.no_grad or where.loop is None or not isinstance(stmt, ast.Expr):
             continue
         call = stmt.value
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                and call.func.attr == "append" and isinstance(call.func.value, ast.Name) and len(call.args) == 1):
+                and call.func.attr == "append" and len(call.args) == 1):
             continue
-        values = ctx.assigned(call.func.value.id, where.func)
-        # the list must outlive the loop: every assignment to it is outside the innermost loop
-        if not values or any(_inside(v, where.loop) for v in values):
+        holder = call.func.value
+        if isinstance(holder, ast.Name):
+            values = ctx.assigned(holder.id, where.func)
+            # the list must outlive the loop: every assignment to it is outside the innermost loop
+            if not values or any(_inside(v, where.loop) for v in values):
+                continue
+        elif not _self_list(ctx, holder, where):  # ``self.scores``: lives as long as the object
             continue
         if carries_graph(ctx, call.args[0], where, graph_names(ctx, where.func)):
             yield Hit(call)

@@ -17,13 +17,26 @@ RATIONALE = (
     "Since PyTorch 2.0 `zero_grad()` sets gradients to `None`, which frees their memory until the"
     " next backward and skips a memset kernel per parameter; the next backward then writes "
     "instead of accumulating. `set_to_none=False` brings back the memset and keeps the gradient "
-    "memory allocated between steps. `--fix` removes the argument."
+    "memory allocated between steps. `--fix` removes the argument. A file that writes into `.grad`"
+    " in place (`p.grad += g`, `p.grad.add_(g)`, a parameter server) needs the zero tensors and "
+    "is left alone."
 )
 BAD = "optimizer.zero_grad(set_to_none=False)\n"
 GOOD = "optimizer.zero_grad()  # set_to_none=True is the default\n"
 
 
+def _writes_into_grad(ctx: FileContext) -> bool:
+    """``p.grad += g`` / ``p.grad /= n`` / ``p.grad.add_(g)``: the code needs zero tensors, not None."""
+    for stmt, _ in ctx.stmts:
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Attribute) and stmt.target.attr == "grad":
+            return True
+    return any(isinstance(c.func, ast.Attribute) and c.func.attr.endswith("_") and isinstance(c.func.value, ast.Attribute)
+               and c.func.value.attr == "grad" and c.func.attr != "zero_" for c, _ in ctx.calls)
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
+    if "set_to_none" not in ctx.source or _writes_into_grad(ctx):
+        return
     for call, _ in ctx.calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad":
             if is_const(kwarg(call, "set_to_none"), False):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from gpudoctor.lint.flow import version_gated
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext
 
@@ -18,7 +19,10 @@ RATIONALE = (
     " are deprecated since PyTorch 2.4 and print a FutureWarning on every call; the same API "
     "lives in `torch.amp` with an explicit device type: `torch.amp.autocast(\"cuda\", ...)`, "
     "`torch.amp.GradScaler(\"cuda\")`, `torch.amp.custom_fwd(device_type=\"cuda\")`. `--fix` rewrites"
-    " the calls, decorators and `from torch.cuda.amp import ...` lines."
+    " the calls, decorators and `from torch.cuda.amp import ...` lines. Compatibility code is left "
+    "alone: the fallback in an `except` handler, a branch that tests the torch version, and a "
+    "project whose declared torch floor predates the replacement (`torch.amp.GradScaler` needs "
+    "2.3, `torch.amp.autocast` 1.10, `custom_fwd(device_type=...)` 2.4)."
 )
 BAD = "scaler = torch.cuda.amp.GradScaler()\nwith torch.cuda.amp.autocast():\n    loss = model(x)\n"
 GOOD = "scaler = torch.amp.GradScaler(\"cuda\")\nwith torch.amp.autocast(\"cuda\"):\n    loss = model(x)\n"
@@ -36,19 +40,33 @@ def _message(qual: str) -> str:
     return f"`{qual}` is deprecated: use {new}"
 
 
+# the version that brought the replacement: a project supporting older torch cannot switch
+SINCE = {"autocast": (1, 10), "GradScaler": (2, 3), "custom_fwd": (2, 4), "custom_bwd": (2, 4)}
+
+
+def _actionable(ctx: FileContext, node: ast.AST, name: str | None) -> bool:
+    """False in compatibility code (a version test or an ``except`` fallback) and when the
+    project's declared torch floor predates the replacement."""
+    if version_gated(ctx, node):
+        return False
+    floor = ctx.torch_floor
+    return floor is None or name is None or floor >= SINCE.get(name, (0,))
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     seen: set[int] = set()
     for call, _ in ctx.calls:
         qual = ctx.qualname(call.func)
-        if qual in DEPRECATED:
+        if qual in DEPRECATED and _actionable(ctx, call, qual.rsplit(".", 1)[-1]):
             seen.add(id(call.func))
             yield Hit(call, _message(qual))
     for stmt, _ in ctx.stmts:
-        if isinstance(stmt, ast.ImportFrom) and stmt.module in MODULES and not stmt.level:
+        if (isinstance(stmt, ast.ImportFrom) and stmt.module in MODULES and not stmt.level
+                and all(_actionable(ctx, stmt, a.name) for a in stmt.names)):
             yield Hit(stmt, f"`from {stmt.module} import ...` is deprecated: import from `torch.amp` "
                             "and pass the device type")
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for dec in stmt.decorator_list:  # bare ``@torch.cuda.amp.custom_fwd``
                 qual = ctx.qualname(dec)
-                if qual in DEPRECATED and id(dec) not in seen:
+                if qual in DEPRECATED and id(dec) not in seen and _actionable(ctx, dec, qual.rsplit(".", 1)[-1]):
                     yield Hit(dec, _message(qual))

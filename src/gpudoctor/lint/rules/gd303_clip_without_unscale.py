@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from gpudoctor.lint.flow import exclusive
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext, last_ident
 
@@ -21,7 +22,8 @@ RATIONALE = (
     "loss scale (65536 at the start). Clipping them to `max_norm=1.0` then clips gradients that "
     "are 2^16 times too large, which is almost no update at all, and the threshold changes every "
     "time the scale does. Call `scaler.unscale_(optimizer)` first; `scaler.step()` knows they are"
-    " unscaled. The rule needs `scaler.scale(...)` in the same function, and stays silent if "
+    " unscaled. The rule needs `scaler.scale(...)` earlier in the same function on a path that can "
+    "reach the clip (not the other arm of `if use_amp: ... else: ...`), and stays silent if "
     "`unscale_` is called anywhere earlier in it."
 )
 BAD = ("scaler.scale(loss).backward()\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
@@ -33,17 +35,19 @@ CLIPS = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_v
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
-    scaled: set[object] = set()
-    unscale_lines: dict[object, list[int]] = {}
+    scales: dict[object, list[ast.Call]] = {}
+    unscales: dict[object, list[ast.Call]] = {}
     for call, where in ctx.calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr in ("scale", "unscale_"):
             recv = call.func.value
             if ctx.kind(recv, where.func) == "scaler" or "scaler" in last_ident(recv).lower():
-                if call.func.attr == "scale":
-                    scaled.add(where.func)
-                else:
-                    unscale_lines.setdefault(where.func, []).append(call.lineno)
+                (scales if call.func.attr == "scale" else unscales).setdefault(where.func, []).append(call)
     for call, where in ctx.calls:
-        if where.func in scaled and ctx.qualname(call.func) in CLIPS:
-            if not any(line <= call.lineno for line in unscale_lines.get(where.func, ())):
-                yield Hit(call)
+        if where.func not in scales or ctx.qualname(call.func) not in CLIPS:
+            continue
+        # branch-aware: the scaled backward must be able to run in the same pass as the clip
+        # (``if use_amp: scaler.scale(loss).backward() ... else: loss.backward(); clip(...)``)
+        if not any(s.lineno <= call.lineno and not exclusive(ctx, s, call) for s in scales[where.func]):
+            continue
+        if not any(u.lineno <= call.lineno for u in unscales.get(where.func, ())):
+            yield Hit(call)

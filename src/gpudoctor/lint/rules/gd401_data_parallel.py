@@ -19,7 +19,8 @@ RATIONALE = (
     "DataParallel runs one Python process that scatters each batch, replicates the model on every"
     " step and gathers outputs on GPU 0, so GPU 0 carries more memory and work, the GIL "
     "serialises the replicas, and two GPUs are often slower than one. PyTorch recommends "
-    "DistributedDataParallel (one process per GPU, launched with `torchrun --nproc_per_node=N`)."
+    "DistributedDataParallel (one process per GPU, launched with `torchrun --nproc_per_node=N`). Only files that train (call `.backward()`) are checked: for "
+    "inference the replacement is one process per GPU on a shard of the data, not DDP."
 )
 BAD = "model = nn.DataParallel(model)\n"
 GOOD = "model = DDP(model.to(local_rank), device_ids=[local_rank])\n"
@@ -28,6 +29,8 @@ QUALS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
+    if ".backward(" not in ctx.source and not ctx.step_loops:
+        return  # inference or evaluation only: DDP (a gradient reducer) is not the replacement
     for call, _ in ctx.calls:
         if ctx.qualname(call.func) in QUALS:
             yield Hit(call)

@@ -21,7 +21,8 @@ RATIONALE = (
     "checkpoint no longer loads into a plain model ('Missing key(s) in state_dict ... Unexpected "
     "key(s): module.conv1.weight'). Save the inner model, `ddp_model.module.state_dict()`, from "
     "rank 0 only. The rule fires when the saved name was last assigned a DDP/DataParallel wrapper"
-    " before the `torch.save` call."
+    " before the `torch.save` call, also when the state dict goes through a variable or a dict "
+    "(`ckpt = {\"model\": model.state_dict()}`) first."
 )
 BAD = "model = DDP(model, device_ids=[rank])\ntorch.save(model.state_dict(), \"ckpt.pt\")\n"
 GOOD = "model = DDP(model, device_ids=[rank])\ntorch.save(model.module.state_dict(), \"ckpt.pt\")\n"
@@ -32,13 +33,34 @@ def _last_before(ctx: FileContext, name: str, func: object, line: int) -> ast.AS
     return max(values, key=lambda v: v.lineno) if values else None
 
 
+def _saved(ctx: FileContext, expr: ast.AST, func: object, line: int, depth: int = 0) -> Iterator[ast.AST]:
+    """Every node of what is saved, following names a step back: ``sd = model.state_dict()``,
+    ``ckpt = {"model": sd}``, ``ckpt["model"] = model.state_dict()``, then ``torch.save(ckpt, p)``."""
+    for node in ast.walk(expr):
+        yield node
+        if isinstance(node, ast.Name) and depth < 3:
+            value = _last_before(ctx, node.id, func, line)
+            if value is not None:
+                yield from _saved(ctx, value, func, line, depth + 1)
+            for stmt, where in ctx.stmts:  # ``ckpt["model"] = ...`` item assignments
+                if (where.func is func and isinstance(stmt, ast.Assign) and stmt.lineno < line
+                        and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                                and t.value.id == node.id for t in stmt.targets)):
+                    yield from _saved(ctx, stmt.value, func, line, depth + 1)
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for call, where in ctx.calls:
         if ctx.qualname(call.func) != "torch.save" or not call.args:
             continue
-        for node in ast.walk(call.args[0]):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "state_dict" and isinstance(node.func.value, ast.Name)):
-                value = _last_before(ctx, node.func.value.id, where.func, call.lineno)
+        for node in _saved(ctx, call.args[0], where.func, call.lineno):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "state_dict"):
+                continue
+            owner = node.func.value
+            if isinstance(owner, ast.Name):
+                value = _last_before(ctx, owner.id, where.func, node.lineno + 1)
                 if value is not None and ctx.expr_kind(value, where.func) == "wrapper":
                     yield Hit(node)
+            elif ctx.attr_kind(owner, where.func) == "wrapper":  # ``self.model = DDP(...)``
+                yield Hit(node)

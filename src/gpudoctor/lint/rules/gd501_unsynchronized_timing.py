@@ -25,7 +25,8 @@ RATIONALE = (
     "`torch.cuda.Event(enable_timing=True)` pairs and read `start.elapsed_time(end)`. The rule "
     "fires when the timed region contains known GPU work (backward, an optimizer step, a model "
     "call, a CUDA matmul) and no synchronising call (`synchronize`, `.item()`, `.cpu()`, ...) "
-    "lies between the two readings."
+    "lies between the two readings. Loop-to-loop timing (`dt = t1 - t0; t0 = t1`) spans "
+    "whole iterations, so a sync anywhere in that loop (a `.item()` under `if`) settles it."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
 GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch.cuda.synchronize()\n"
@@ -47,13 +48,27 @@ def _timer_lines(ctx: FileContext, stmts: list) -> dict[str, list[int]]:
 def _gpu_work(ctx: FileContext, call: ast.Call, where) -> bool:
     if is_backward(call) or is_optimizer_step(call, ctx, where):
         return True
-    if isinstance(call.func, ast.Name) and ctx.kind(call.func, where.func) in ("module", "wrapper"):
+    if isinstance(call.func, (ast.Name, ast.Attribute)) and ctx.expr_kind(call.func, where.func) in ("module", "wrapper"):
         return True
     return call_name(call) == "to" and bool(call.args) and is_cuda_expr(call.args[0])
 
 
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
              ast.With, ast.AsyncWith, ast.If, ast.Try)
+
+
+def _rolling_loop(ctx: FileContext, stmts: list, node: ast.BinOp, start: str) -> ast.AST | None:
+    """The loop around ``end - start`` when ``start`` is re-assigned in that loop (``t0 = t1``):
+    each reading then spans one whole iteration, syncs included wherever they are in it."""
+    loops = [w.loops for s, w in stmts if s.lineno <= node.lineno <= (s.end_lineno or s.lineno)]
+    if not loops or not loops[0]:
+        return None
+    loop = loops[0][-1]
+    for stmt, where in stmts:
+        if loop in where.loops and isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == start for t in stmt.targets):
+            return loop
+    return None
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
@@ -95,5 +110,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
             if any(call_name(c) in SYNCS for c, _ in inside):
                 continue
+            loop = _rolling_loop(ctx, stmts, node, node.right.id)
+            if loop is not None and any(call_name(c) in SYNCS for c, w in calls if loop in w.loops):
+                continue  # loop-to-loop timing: the previous step's sync bounds what the clock sees
             if any(_gpu_work(ctx, c, w) for c, w in inside) or any(start < ln < end for ln in matmuls):
                 yield Hit(node)

@@ -20,7 +20,8 @@ RATIONALE = (
     "next step; the GPU idles while Python prepares each step, which shows most on short steps. "
     "Keep the running loss on the GPU (`total += loss.detach()`) and read it every N steps. The "
     "rule fires only on the step loop itself (the loop that calls `.backward()` or "
-    "`optimizer.step()`) and never under an `if`, where logging usually is."
+    "`optimizer.step()`) and never under an `if`, where logging usually is, in files that name a "
+    "device (CUDA, NCCL, `torch.accelerator`, a `device`)."
 )
 BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    running += loss.item()\n"
 GOOD = ("for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    loss.backward()\n"
@@ -45,6 +46,8 @@ def _on_device(ctx: FileContext, node: ast.AST, func: object, graph: set[str]) -
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
+    if not ctx.uses_gpu:
+        return  # CPU-only script: there is no device to wait for
     for call, where in ctx.calls:
         if where.loop not in ctx.step_loops or where.guarded:
             continue

@@ -27,7 +27,9 @@ GOOD = "torch.backends.cudnn.benchmark = True  # production run: let cuDNN pick 
 def check(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.step_loops or ("determinis" not in ctx.source and "cudnn" not in ctx.source):
         return
-    for stmt, _ in ctx.stmts:
+    for stmt, where in ctx.stmts:
+        if where.guarded:
+            continue  # behind ``if args.deterministic:``/``if seed is not None:``: the user opts in
         if isinstance(stmt, ast.Assign) and is_const(stmt.value, True):
             if any(ctx.qualname(t) == "torch.backends.cudnn.deterministic" for t in stmt.targets):
                 yield Hit(stmt)
@@ -35,7 +37,9 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             if any(ctx.qualname(t) == "torch.backends.cudnn.enabled" for t in stmt.targets):
                 yield Hit(stmt, "cuDNN is disabled: convolutions and RNNs fall back to much slower "
                                 "kernels; keep it for debugging runs only")
-    for call, _ in ctx.calls:
+    for call, where in ctx.calls:
+        if where.guarded:
+            continue
         if ctx.qualname(call.func) == "torch.use_deterministic_algorithms" and call.args:
             if is_const(call.args[0], True):
                 yield Hit(call, "`torch.use_deterministic_algorithms(True)`: reproducible but slower "

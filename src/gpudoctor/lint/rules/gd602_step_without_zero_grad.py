@@ -20,9 +20,11 @@ MESSAGE = (
 RATIONALE = (
     "`.backward()` adds into `.grad`. Without `optimizer.zero_grad()` (or `model.zero_grad()`, or"
     " setting `p.grad = None`) each step's gradient includes every previous one, the effective "
-    "learning rate grows without bound and the loss diverges. The rule fires only when nothing in"
-    " the file clears gradients, the loop calls no helper named like `*grad*`, and the optimizer "
-    "is not created inside the loop."
+    "learning rate grows without bound and the loss diverges. A single `zero_grad()` before the "
+    "loop clears them once, not every step. The rule fires when nothing inside the step loop "
+    "clears gradients and nothing clears them in another function, the loop calls no helper "
+    "named like `*grad*`, the optimizer is not created inside the loop, and the file does not use"
+    " distributed autograd (whose contexts keep gradients apart)."
 )
 BAD = "for x, y in loader:\n    criterion(model(x), y).backward()\n    optimizer.step()\n"
 GOOD = ("for x, y in loader:\n    optimizer.zero_grad()\n    criterion(model(x), y).backward()\n"
@@ -30,13 +32,39 @@ GOOD = ("for x, y in loader:\n    optimizer.zero_grad()\n    criterion(model(x),
 CLEARS = ("zero_grad", "grad = None", "grad.zero_", "grad=None", "set_to_none")
 
 
+def _clears(ctx: FileContext) -> list[tuple[ast.AST, object]]:
+    """Statements that clear gradients: ``zero_grad()``, ``p.grad = None``, ``p.grad.zero_()``."""
+    out = []
+    for stmt, where in ctx.stmts:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor,
+                             ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)):
+            continue
+        text = ast.unparse(stmt)
+        if any(marker in text for marker in CLEARS):
+            out.append((stmt, where))
+    return out
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
-    if any(marker in ctx.source for marker in CLEARS) or ".backward(" not in ctx.source:
-        return
-    helpers = {where.loop for call, where in ctx.calls  # ``clear_grads(model)``: cleared elsewhere
+    if ".backward(" not in ctx.source or "dist_autograd" in ctx.source:
+        return  # distributed autograd keeps each context's gradients apart: nothing accumulates
+    clears = _clears(ctx) if any(marker in ctx.source for marker in CLEARS) else []
+    helpers = {loop for call, where in ctx.calls for loop in where.loops  # ``clear_grads(model)``
                if "grad" in (call_name(call) or "") and not (call_name(call) or "").startswith("clip_grad")}
     for call, where in ctx.calls:
         if where.loop in ctx.step_loops and where.loop not in helpers and is_optimizer_step(call, ctx, where):
+            loop = where.loop
+            if any(loop in w.loops for _, w in clears):
+                continue  # cleared in the loop
+            called = {call_name(c) for c, w in ctx.calls if loop in w.loops}
+            if any(w.func is not where.func and (getattr(w.func, "name", None) in called or w.func is None
+                                                 or isinstance(w.func, ast.Lambda)) for _, w in clears):
+                continue  # cleared in a function this loop calls (or at module level): cannot decide
+            before = any(w.func is where.func and s.lineno < loop.lineno for s, w in clears)
+            if before:
+                yield Hit(call, "gradients cleared once before the loop, not every step: each step adds into "
+                                "the previous gradients; call `optimizer.zero_grad()` inside the loop")
+                continue
             recv = call.func.value
             if isinstance(recv, ast.Name) and any(
                     where.loop.lineno <= getattr(v, "lineno", 0) <= (where.loop.end_lineno or 0)

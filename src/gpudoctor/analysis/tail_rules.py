@@ -1,0 +1,126 @@
+"""Periodic stalls: one step in N much slower than the rest, which a median hides.
+
+A loader that stalls every N batches (workers restarted each epoch, a slow shard, a sample that
+decodes slowly), a metric read or a checkpoint every N steps: the median step looks healthy, the
+run is not. The rule judges the mean against the median (:class:`gpudoctor.analysis.steps.Tail`)
+on every rank and names the worst.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
+from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
+from gpudoctor.analysis.thresholds import Thresholds
+from gpudoctor.records.finding import Finding
+
+CODE_STALL = "GD-RUN-PERIODIC-STALL"
+
+
+def check_periodic_stalls(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """Slow steps cost ``tail_min_excess`` of the run or more.
+
+    Expected gain = the slow steps' time beyond the median step, as a share of the run's time:
+    what the run saves if those steps took a typical step's time.
+    """
+    return worst_rank(facts.ranks, lambda rf: _stalls(rf, th, facts.world_size), lambda rf: rf.rank)
+
+
+def _epoch_steps(rf: RankFacts, world: int) -> int | None:
+    """Optimizer steps per epoch of the loader the loop iterates, when its length is known."""
+    loader = main_loader(rf.config)
+    if loader is None or not loader.dataset_len or not loader.batch_size:
+        return None
+    per_rank = loader.dataset_len / max(1, world) if loader.sampler == "DistributedSampler" else loader.dataset_len
+    steps = per_rank / loader.batch_size
+    return int(steps) if loader.drop_last else math.ceil(steps)
+
+
+def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
+    """(what, evidence, fix) for the slow steps of ``rf``: the loader, syncs, or other host work."""
+    tail = rf.stats.tail
+    assert tail is not None
+    extra = tail.excess_ms / len(tail.slow_steps)
+    loader = main_loader(rf.config)
+    epoch = _epoch_steps(rf, world)
+    at_epochs = bool(epoch and tail.period and abs(tail.period - epoch) <= 1)
+    if tail.extra_data_wait_ms >= 0.5 * extra and at_epochs and loader is not None:
+        restart = loader.num_workers > 0 and not loader.persistent_workers
+        evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} "
+                    f"samples / batch {loader.batch_size}); data wait {ms(tail.extra_data_wait_ms)} "
+                    f"above the median; num_workers={loader.num_workers}, "
+                    f"persistent_workers={loader.persistent_workers}")
+        if restart:
+            return ("waits for the DataLoader's workers to restart at the start of an epoch",
+                    evidence,
+                    f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
+                    f"{loader.num_workers},\n"
+                    "                    persistent_workers=True)   # keep the workers between epochs")
+        return ("waits for the first batch of an epoch",
+                evidence + ": the DataLoader does not prefetch across epochs, so each epoch "
+                           "begins with an empty queue",
+                "# the stall is one batch's preparation time: make a batch cheaper to produce\n"
+                "#  - in-memory tensors: index whole batches (a BatchSampler as sampler, batch_size=None)\n"
+                "#    instead of collating samples one by one, or keep the data on the GPU\n"
+                "#    (gpudoctor.train.GpuLoader)\n"
+                "#  - or fewer, longer epochs (a sampler that spans several passes)")
+    if tail.extra_data_wait_ms >= 0.5 * extra:
+        return (
+            "waits for the DataLoader",
+            f"in the slow steps the data wait is {ms(tail.extra_data_wait_ms)} above the median "
+            f"{ms(rf.stats.data_wait_ms)}",
+            "# the workers fall behind in bursts: restarts each epoch, a slow sample or shard\n"
+            "loader = DataLoader(dataset, ..., persistent_workers=True,  # no restart each epoch\n"
+            "                    prefetch_factor=4)                       # a deeper queue absorbs bursts\n"
+            "# and make the slowest samples cheaper (decode, augmentation) - see gpudoctor tune loader",
+        )
+    if tail.extra_syncs >= th.sync_min_per_step:
+        return (
+            "synchronises with the GPU",
+            f"the slow steps make {tail.extra_syncs:.1f} more host syncs than the median step",
+            "# a metric read, print or check every N steps waits for all queued GPU work:\n"
+            "# read accumulated GPU tensors less often, or asynchronously\n"
+            "if step % log_every == 0:\n"
+            "    log(running_loss.item() / log_every)",
+        )
+    return (
+        "does extra host work",
+        "neither the data wait nor the host syncs explain the slow steps",
+        "# look at what the script does every N steps: evaluation, checkpointing, logging,\n"
+        "# garbage collection (gc.freeze() after start-up), or another process on the machine\n"
+        "# (gpudoctor monitor)",
+    )
+
+
+def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
+    tail = rf.stats.tail
+    if tail is None or len(tail.slow_steps) < 2 or tail.excess_share < th.tail_min_excess:
+        return []
+    if len(tail.slow_steps) > th.tail_max_slow_frac * rf.stats.n_used:
+        return []  # bimodal step times, not stalls (Thresholds.tail_max_slow_frac)
+    idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else None
+    if idle is not None and idle < th.tail_min_excess:
+        return []  # the GPU stayed busy through the slow host steps: queued work hid them
+    what, cause_line, fix = _cause(rf, th, world)
+    if not tail.regular and what == "does extra host work":
+        return []  # scattered slow steps with no cause in the records: scheduling noise
+    every = f"every ~{tail.period:.0f} steps" if tail.period and tail.regular else "repeatedly"
+    evidence = [
+        f"{len(tail.slow_steps)} of {rf.stats.n_used} steady steps took over "
+        f"{th.tail_slow_factor:g}x the median {ms(rf.stats.step_ms)} ({every}; steps "
+        f"{', '.join(map(str, tail.slow_steps[:6]))}{', ...' if len(tail.slow_steps) > 6 else ''}), "
+        f"rank {rf.rank}",
+        f"mean step {ms(rf.stats.mean_step_ms)} against a median of {ms(rf.stats.step_ms)}; "
+        f"90th percentile {ms(tail.p90_step_ms)}",
+        cause_line,
+    ]
+    return performance_finding(
+        code=CODE_STALL, gain=tail.excess_share, thresholds=th,
+        title=f"Periodic stalls: {every} a step {what}; the slow steps cost "
+              f"{pct(tail.excess_share)} of the run",
+        evidence=evidence, fix=fix,
+    )
+
+
+__all__ = ["CODE_STALL", "check_periodic_stalls"]

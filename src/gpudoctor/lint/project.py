@@ -1,0 +1,131 @@
+"""The lowest PyTorch version a project declares, read from the files next to the code.
+
+Rules whose claim depends on the PyTorch version (``torch.load``'s ``weights_only`` default became
+True in 2.6; ``torch.amp.GradScaler`` exists from 2.3) ask :func:`torch_floor`. It walks up from a
+file's folder to the nearest folder whose ``requirements*.txt``, ``pyproject.toml``, ``setup.py``
+or ``setup.cfg`` names ``torch``, and returns the lower bound there (``torch>=2.6`` -> (2, 6)), or
+None when the requirement has no lower bound or nothing is declared. The installed torch is not
+consulted: lint runs in CI and pre-commit environments, not where training runs (and a
+pre-commit environment has no torch). ``target-torch`` in ``[tool.gpudoctor.lint]`` overrides it.
+Plain text parsing: nothing is imported or executed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
+_REQ = re.compile(
+    r"""(?:^|["'\s,\[])torch\s*(?:\[[^\]]*\]\s*)?(?P<spec>(?:(?:===|>=|==|~=|<=|!=|>|<)\s*[0-9][0-9a-z.*+]*\s*,?\s*)*)"""
+    r"""(?=$|["';#\s\],)])""",
+    re.MULTILINE,
+)
+_CLAUSE = re.compile(r"(===|>=|==|~=|<=|!=|>|<)\s*([0-9][0-9a-z.*+]*)")
+_STOP = (".git", ".hg")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"2.7.1"`` -> (2, 7, 1); trailing non-digits are dropped (``"2.6.0rc1"`` -> (2, 6, 0))."""
+    parts = []
+    for piece in text.split("."):
+        digits = re.match(r"\d+", piece)
+        if not digits:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def floor_of(spec: str) -> tuple[int, ...] | None:
+    """The lower bound a specifier such as ``>=2.6,<3`` puts on the version (None: no bound)."""
+    floors = [parse_version(v) for op, v in _CLAUSE.findall(spec) if op in (">=", "==", "~=", "===", ">")]
+    return max(floors) if floors else None
+
+
+def _declared_in(folder: Path) -> tuple[bool, tuple[int, ...] | None]:
+    names = [folder / name for name in _FILES]
+    try:
+        names += sorted(folder.glob("requirements*.txt"))
+    except OSError:
+        return False, None
+    found, floors = False, []
+    for file in names:
+        try:
+            if not file.is_file():
+                continue
+            text = file.read_text(encoding="utf-8", errors="replace")[:200_000]
+        except OSError:
+            continue
+        for match in _REQ.finditer(text):
+            found = True
+            floor = floor_of(match.group("spec"))
+            if floor:
+                floors.append(floor)
+    return found, (min(floors) if floors else None)
+
+
+@lru_cache(maxsize=4096)
+def _folder_floor(folder: Path) -> tuple[int, ...] | None:
+    found, floor = _declared_in(folder)
+    if found:
+        return floor
+    if any((folder / stop).exists() for stop in _STOP) or folder.parent == folder:
+        return None
+    return _folder_floor(folder.parent)
+
+
+def torch_floor(path: str) -> tuple[int, ...] | None:
+    """The declared lower bound on torch for the project holding ``path`` (None when unknown)."""
+    if not path or path == "-":
+        return None
+    try:
+        folder = Path(path).resolve().parent
+    except (OSError, RuntimeError):
+        return None
+    return _folder_floor(folder)
+
+
+_ROOT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
+_SKIP = frozenset({".git", ".hg", "__pycache__", ".venv", "venv", "node_modules", "build", "dist", ".tox"})
+_MAX_FILES = 20_000
+
+
+@lru_cache(maxsize=1024)
+def _root(folder: Path) -> Path | None:
+    if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+        return folder
+    return None if folder.parent == folder else _root(folder.parent)
+
+
+@lru_cache(maxsize=256)
+def _tree_mentions(root: Path, needle: str) -> bool:
+    seen = 0
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP and not d.startswith(".")]
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            seen += 1
+            if seen > _MAX_FILES:
+                return True  # too large to read: assume it does (rules relying on this stay silent)
+            try:
+                if needle in (Path(dirpath) / name).read_text(encoding="utf-8", errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def project_mentions(path: str, needle: str) -> bool:
+    """Whether any Python file of the project holding ``path`` (the nearest folder up with
+    ``.git``/``pyproject.toml``/``setup.py``, else the file's own folder) contains ``needle``.
+    Read once per project and needle; used for settings made in another module (GD105)."""
+    if not path or path == "-":
+        return False
+    try:
+        folder = Path(path).resolve().parent
+    except (OSError, RuntimeError):
+        return False
+    return _tree_mentions(_root(folder) or folder, needle)
