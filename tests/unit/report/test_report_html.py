@@ -82,9 +82,11 @@ def test_verified_fix_section(tmp_path) -> None:
     after = dict(zip(keys, (29286.9, 4.25, 0.10, 4.59, 0.18, 1.0)))
     judgement = judge([7210.0, 7250.0], [29286.9, 29000.0])
     comparison = TryComparison(knobs=("num_workers=8", "pin_memory"), unit="samples/s",
-                               before=before, after=after, gain=judgement.gain, judgement=judgement)
+                               before=before, after=after, gain=judgement.gain, judgement=judgement,
+                               notes=("non_blocking: not applied: no copy from pinned host memory",))
     html = render_report(load_run(make_run(tmp_path / "run")), make_findings(), comparison)
     assert "The fix, verified" in html and "--try num_workers=8,pin_memory" in html
+    assert "<li>non_blocking: not applied: no copy from pinned host memory</li>" in html
     assert ("<td>throughput (samples/s, median of runs)</td><td>7,210.0</td><td>29,286.9</td>"
             "<td>+306%</td>") in html
     assert ("measured gain: +303% ± 1.0% throughput with num_workers=8, pin_memory "
