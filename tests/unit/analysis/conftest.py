@@ -30,7 +30,8 @@ def config(rank: int = 0, **kw) -> RankConfig:
                 device_name="NVIDIA H200", cuda_device_index=rank, cudnn_benchmark=True,
                 tf32_matmul=True, tf32_cudnn=True, autocast_dtypes=("bfloat16",),
                 channels_last=True, param_dtypes=("float32",), optimizer="SGD",
-                optimizer_fused=True, loaders=(loader(),), gpu_total_memory_bytes=140 * GIB)
+                optimizer_fused=True, loaders=(loader(),), gpu_total_memory_bytes=140 * GIB,
+                usable_cpus=16, local_world_size=1)
     base.update(kw)
     return RankConfig(**base)
 
