@@ -49,6 +49,7 @@ def plan(args) -> list[dict]:
     if args.all_fixes:
         for s in scripts:
             kinds = [overrides[s.name]] if s.name in overrides else list(s.fixes)
+            kinds = [k for k in kinds if k not in args.skip_kinds.split(",")]
             rows += [{"name": s.name, "verdict_code": None, "predicted_saving": None, "fix": k} for k in kinds]
         return rows
     doc = json.loads(args.verdicts.read_text())
@@ -104,8 +105,9 @@ def run_pair(row: dict, script: Script, work: Path, out: Path, args) -> None:
         return
     row["files_patched"] = changed
     a_vals, b_vals, runs, after = [], [], [], None
+    arms = (("B", cwd_b),) if args.b_only else (("A", cwd_a), ("B", cwd_b))
     for rnd in range(args.rounds):
-        for arm, cwd in (("A", cwd_a), ("B", cwd_b)):
+        for arm, cwd in arms:
             tag = f"{arm}{rnd}"
             run_dir = work / "runs-ab" / script.name / row["fix"] / tag
             log = out / "logs-ab" / f"{script.name}.{row['fix']}.{tag}.log"
@@ -113,6 +115,9 @@ def run_pair(row: dict, script: Script, work: Path, out: Path, args) -> None:
             res = harness.gpudoctor_run(script, cwd, run_dir, steps=args.steps, cpu=args.cpu,
                                         timeout_s=script.timeout_s * args.timeout_scale, log=log)
             value, unit, figures = throughput(run_dir)
+            if arm == "B" and row["fix"] == "batch" and unit == "steps/s" and value:
+                # no batch size recorded (no DataLoader): a step of B carries BATCH_FACTOR x the samples
+                value, unit = value * fixes.BATCH_FACTOR, f"steps/s of the original batch (B x {fixes.BATCH_FACTOR})"
             harness.pack(run_dir, out / "runs-ab" / script.name / row["fix"] / tag)
             runs.append({"arm": arm, "round": rnd, "rc": res["rc"], "wall_s": res["wall_s"],
                          "status": figures.get("status"), "throughput": value, "unit": unit,
@@ -125,7 +130,11 @@ def run_pair(row: dict, script: Script, work: Path, out: Path, args) -> None:
                   f"{figures.get('status')} {value and round(value, 1)} {unit or ''}", flush=True)
     row["runs"] = runs
     row["after_verdict"] = after
-    units = {r["unit"] for r in runs if r["unit"]}
+    if args.b_only:
+        ok = all(r["status"] in ("stopped", "completed") and r["throughput"] for r in runs)
+        row["outcome"] = "patched copy ran" if ok else "patched copy FAILED: see logs-ab/"
+        return
+    units = {r["unit"].split(" of the original")[0] for r in runs if r["unit"]}
     row["unit"] = units.pop() if len(units) == 1 else None
     if None in a_vals or None in b_vals or row["unit"] is None:
         row["measured"] = {"gains": [], "gain_median": None}
@@ -146,6 +155,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--verdicts", type=Path, default=None, help="corpus-verdicts.json of call 1")
     parser.add_argument("--all-fixes", action="store_true", help="every implemented fix (CPU check of the patches)")
+    parser.add_argument("--b-only", action="store_true",
+                        help="run only the patched copies (CPU check that every patch runs)")
+    parser.add_argument("--skip-kinds", default="", help="with --all-fixes: kinds left out, e.g. batch")
     parser.add_argument("--fix", default="", help="name=kind[,name=kind]: override the fix chosen from the verdict")
     parser.add_argument("--corpus", type=Path, default=harness.DEFAULT_CORPUS)
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpudoctor-corpus-ab"))

@@ -6,8 +6,10 @@ tiny arguments for the CPU check of the harness, the synthetic data ``make_data.
 (where the script would download data), and the hand fixes ``fixes.py`` can apply to a copy.
 
 Arguments were chosen so that each script runs well past ``gpudoctor run --steps 60`` (60
-optimizer steps, warm-up included) and stops by itself otherwise; where a script's flag was
-needed to train on the GPU at all, or to take its optimizer path, it says why.
+optimizer steps, warm-up included) and, where its arguments allow, stops by itself after one
+epoch or 1,000 iterations otherwise (ImageNet's ``--dummy`` epoch is 5,005 steps: the
+per-script timeout stops it); where a flag was needed to train on the GPU at all, or to take
+the optimizer path, ``why`` says so.
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ MINGPT = "minGPT"
 SCRIPTS: tuple[Script, ...] = (
     Script(
         name="imagenet_resnet50", repo=EXAMPLES, unit="imagenet", cwd="imagenet", script="main.py",
-        args=("-a", "resnet50", "--dummy"),
+        args=("-a", "resnet50", "--dummy", "--epochs", "1"),
         cpu_args=("-a", "resnet18", "-b", "4", "-j", "0", "--dummy", "-p", "2"),
         source="imagenet", fixes=("bf16", "loader", "nosync", "channels_last"),
-        why="torchvision FakeData (--dummy), batch 256, 4 workers, 5,005 steps an epoch",
+        why="torchvision FakeData (--dummy), batch 256, 4 workers, one epoch of 5,005 steps (its shortest run: the timeout stops it)",
     ),
     Script(
         name="imagenet_resnet18", repo=EXAMPLES, unit="imagenet", cwd="imagenet", script="main.py",
-        args=("-a", "resnet18", "-b", "256", "-j", "4", "--dummy"),
+        args=("-a", "resnet18", "-b", "256", "-j", "4", "--dummy", "--epochs", "1"),
         cpu_args=("-a", "resnet18", "-b", "4", "-j", "0", "--dummy", "-p", "2"),
         source="imagenet", fixes=("bf16", "loader", "nosync", "channels_last"),
         why="as above with ResNet-18",
@@ -61,20 +63,20 @@ SCRIPTS: tuple[Script, ...] = (
     ),
     Script(
         name="mnist", repo=EXAMPLES, unit="mnist", cwd="mnist", script="main.py",
-        args=(), cpu_args=("--batch-size", "16", "--log-interval", "4"),
+        args=("--epochs", "1"), cpu_args=("--batch-size", "16", "--log-interval", "4"),
         source="mnist", fixes=("loader", "batch", "bf16", "compile", "nonblocking"),
         shared=("data",),
         why="MNIST from ../data (synthetic idx files), 938 steps an epoch",
     ),
     Script(
         name="siamese_network", repo=EXAMPLES, unit="siamese_network", cwd="siamese_network",
-        script="main.py", args=(), cpu_args=("--batch-size", "8", "--log-interval", "4"),
+        script="main.py", args=("--epochs", "1"), cpu_args=("--batch-size", "8", "--log-interval", "4"),
         source="siamese", fixes=("loader", "batch", "bf16", "nonblocking"), shared=("data",),
         why="MNIST pairs from ../data, ResNet-18 trunk, 938 steps an epoch",
     ),
     Script(
         name="mnist_rnn", repo=EXAMPLES, unit="mnist_rnn", cwd="mnist_rnn", script="main.py",
-        args=("--accel",), cpu_args=("--batch-size", "16", "--log-interval", "4"),
+        args=("--accel", "--epochs", "1"), cpu_args=("--batch-size", "16", "--log-interval", "4"),
         source="mnist_rnn", fixes=("loader", "batch", "bf16", "nonblocking"), shared=("data",),
         why="MNIST rows through an LSTM; --accel selects the GPU (no CPU fallback with it)",
     ),
@@ -90,31 +92,31 @@ SCRIPTS: tuple[Script, ...] = (
     Script(
         name="ddp_series_single_gpu", repo=EXAMPLES, unit="distributed/ddp-tutorial-series",
         cwd="distributed/ddp-tutorial-series", script="single_gpu.py",
-        args=("200", "1000"), cpu_args=("3", "1000"),
+        args=("10", "1000"), cpu_args=("3", "1000"),
         source="ddp_single_gpu", fixes=("batch", "loader", "compile", "nonblocking"),
         cpu_ok=False,
-        why="Linear(20, 1) on 2,048 random samples, batch 32: 64 steps an epoch, 200 epochs; "
+        why="Linear(20, 1) on 2,048 random samples, batch 32: 64 steps an epoch, 10 epochs; "
             "device 0 is hard-coded (no CPU fallback)",
     ),
     Script(
         name="mingpt_adder", repo=MINGPT, unit=".", cwd="projects/adder", script="adder.py",
-        args=(), cpu_args=("--trainer.batch_size=16", "--trainer.num_workers=0"),
+        args=("--trainer.max_iters=1000",), cpu_args=("--trainer.batch_size=16", "--trainer.num_workers=0"),
         source="mingpt", fixes=("batch", "loader", "bf16", "compile", "nonblocking"),
         repo_on_path=True,
-        why="gpt-nano on generated 2-digit additions, batch 64, 4 workers, no iteration limit",
+        why="gpt-nano on generated 2-digit additions, batch 64, 4 workers, 1,000 iterations",
     ),
     Script(
         name="mingpt_chargpt", repo=MINGPT, unit=".", cwd="projects/chargpt", script="chargpt.py",
-        args=(), cpu_args=("--model.model_type=gpt-nano", "--data.block_size=32",
+        args=("--trainer.max_iters=1000",), cpu_args=("--model.model_type=gpt-nano", "--data.block_size=32",
                            "--trainer.batch_size=8", "--trainer.num_workers=0"),
         source="mingpt", fixes=("batch", "loader", "bf16", "compile", "nonblocking"),
         repo_on_path=True,
-        why="gpt-mini, block 128, batch 64 on a synthetic 1.1 MB input.txt, no iteration limit",
+        why="gpt-mini, block 128, batch 64 on a synthetic 1.1 MB input.txt, 1,000 iterations",
     ),
     Script(
         name="word_language_model", repo=EXAMPLES, unit="word_language_model",
         cwd="word_language_model", script="main.py",
-        args=("--accel", "--use-optimizer", "--lr", "0.001", "--epochs", "6"),
+        args=("--accel", "--use-optimizer", "--lr", "0.001", "--epochs", "1"),
         cpu_args=("--use-optimizer", "--lr", "0.001", "--emsize", "32", "--nhid", "32",
                   "--bptt", "16", "--batch_size", "8", "--epochs", "1"),
         source="word_lm", fixes=("nosync", "batch", "bf16"),
@@ -126,7 +128,7 @@ SCRIPTS: tuple[Script, ...] = (
     ),
     Script(
         name="vae", repo=EXAMPLES, unit="vae", cwd="vae", script="main.py",
-        args=(), cpu_args=("--batch-size", "16", "--log-interval", "4"),
+        args=("--epochs", "1"), cpu_args=("--batch-size", "16", "--log-interval", "4"),
         source="vae", fixes=("loader", "nosync", "batch"), shared=("data",),
         why="MNIST from ../data, MLP VAE, batch 128, 469 steps an epoch",
     ),

@@ -111,3 +111,29 @@ def test_tables_render_a_row_of_each():
               "after_verdict": {"code": None}}
     text = tables.ab_markdown({"rows": [ab_row], "rounds": 2, "bar": 0.1, "sources": {}})
     assert "| mnist | GD-RUN-DATALOADER | loader | 40% | 29% | +40% [+30%, +50%] | 10% | confirmed | none |" in text
+
+
+def test_plan_picks_the_fix_of_each_verdict(tmp_path):
+    import argparse
+    import json
+
+    rows = [
+        {"name": "mnist", "status": "stopped",
+         "verdict": {"code": "GD-RUN-DATALOADER", "title": "t", "expected_gain": 0.4}},
+        {"name": "vae", "status": "stopped", "verdict": {"code": None, "title": "none", "expected_gain": None}},
+        {"name": "dcgan", "status": "stopped", "verdict": {"code": "GD-RUN-MEM-LEAK", "title": "t", "expected_gain": None}},
+        {"name": "word_language_model", "status": "stopped",
+         "verdict": {"code": "GD-RUN-DATALOADER", "title": "t", "expected_gain": 0.2}},
+        {"name": "mingpt_adder", "status": "stopped",
+         "verdict": {"code": "GD-RUN-LAUNCH-BOUND", "title": "t", "expected_gain": 0.5}},
+    ]
+    path = tmp_path / "corpus-verdicts.json"
+    path.write_text(json.dumps({"rows": rows}))
+    args = argparse.Namespace(fix="mingpt_adder=compile", only="", all_fixes=False, verdicts=path, skip_kinds="")
+    plan = {r["name"]: r for r in ab.plan(args)}
+    assert plan["mnist"]["fix"] == "loader" and "outcome" not in plan["mnist"]
+    assert plan["mnist"]["predicted_saving"] == 0.4
+    assert plan["vae"]["outcome"] == "no WARN: no fix needed"
+    assert plan["dcgan"]["outcome"] == "no hand fix for GD-RUN-MEM-LEAK"
+    assert plan["word_language_model"]["outcome"] == "fix 'loader' not written for this script"
+    assert plan["mingpt_adder"]["fix"] == "compile"
