@@ -114,7 +114,7 @@ def read_run(run_dir: Path) -> dict:
         return out
     m = run.manifest
     out.update(status=m.status, exit_code=m.exit_code, steps_recorded=list(m.steps_recorded),
-               error_lines=m.error.splitlines()[-6:] if m.error else [])
+               crash_lines=m.error.splitlines()[-6:] if m.error else [])
     config = run.configs.get(0)
     if config is not None:
         out["device"] = getattr(config, "device_name", "") or getattr(config, "device", "")

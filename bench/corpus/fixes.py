@@ -177,7 +177,8 @@ PATCHES: dict[str, dict[str, list[tuple[str, str, str]]]] = {
     "mingpt": {
         "batch": [("mingpt/trainer.py", "C.batch_size = 64", f"C.batch_size = {64 * BATCH_FACTOR}")],
         "loader": [("mingpt/trainer.py", "            pin_memory=True,\n",
-                    "            pin_memory=True, persistent_workers=True, prefetch_factor=4,\n"),
+                    "            pin_memory=True, persistent_workers=config.num_workers > 0,\n"
+                    "            prefetch_factor=4 if config.num_workers > 0 else None,\n"),
                    ("mingpt/trainer.py", "C.num_workers = 4", "C.num_workers = {W}")],
         "bf16": [
             ("mingpt/trainer.py", "        model.train()\n        self.iter_num = 0\n",

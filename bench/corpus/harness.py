@@ -77,10 +77,12 @@ def make_variant(work: Path, script: Script, variant: str, patch=None) -> Path:
     return dst_repo / script.cwd
 
 
-def command(script: Script, run_dir: Path, steps: int, cpu: bool) -> list[str]:
+def command(script: Script, run_dir: Path, steps: int, cpu: bool,
+            first_step_timeout: float | None = None) -> list[str]:
     args = script.cpu_args if cpu else script.args
+    extra = ["--first-step-timeout", str(first_step_timeout)] if first_step_timeout else []
     return [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--out", str(run_dir),
-            "--json", "--", sys.executable, script.script, *args]
+            "--json", *extra, "--", sys.executable, script.script, *args]
 
 
 def environment(script: Script, cwd: Path) -> dict[str, str]:
@@ -100,7 +102,7 @@ def environment(script: Script, cwd: Path) -> dict[str, str]:
 
 
 def gpudoctor_run(script: Script, cwd: Path, run_dir: Path, *, steps: int, cpu: bool,
-                  timeout_s: float, log: Path) -> dict:
+                  timeout_s: float, log: Path, first_step_timeout: float | None = None) -> dict:
     """``gpudoctor run --steps N --out RUN_DIR --json -- python SCRIPT ARGS`` from ``cwd``.
 
     Past ``timeout_s`` gpudoctor gets SIGINT (it stops the script and keeps the records), then
@@ -109,15 +111,16 @@ def gpudoctor_run(script: Script, cwd: Path, run_dir: Path, *, steps: int, cpu: 
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    cmd = command(script, run_dir, steps, cpu)
+    cmd = command(script, run_dir, steps, cpu, first_step_timeout)
     t0 = time.perf_counter()
     timed_out = False
     with log.open("w") as out:
         out.write(f"cwd: {cwd}\n$ {' '.join(cmd)}\n\n")
         out.flush()
         proc = subprocess.Popen(cmd, cwd=cwd, env=environment(script, cwd), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # same process group as this harness: `timeout` (run_all.sh) and Ctrl-C reach gpudoctor,
+        # which then stops the script it started (in a group of its own) and keeps the records
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -126,7 +129,7 @@ def gpudoctor_run(script: Script, cwd: Path, run_dir: Path, *, steps: int, cpu: 
             try:
                 rc = proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                proc.kill()
                 rc = proc.wait()
     return {"rc": rc, "timed_out": timed_out, "wall_s": round(time.perf_counter() - t0, 2),
             "command": cmd, "cwd": str(cwd)}
