@@ -8,7 +8,8 @@ Steady throughput comes from ``run_stats(load_run(dir))`` (samples/s; steps/s wh
 size is unknown). Per round the gain is B/A - 1; the row gives the median and the range, A's
 own run-to-run range (noise), the predicted saving (the finding's expected gain: share of step
 time saved) against the measured one (1 - A's per-sample time / B's), and what gpudoctor says
-of the patched copy. Confirmed = median gain >= 10% and every round faster.
+of the patched copy. Confirmed = median gain >= 10%, every round faster, and the median gain
+larger than A's own run-to-run range (else "within A's run-to-run range: run more rounds").
 
 A script with no WARN/ERROR finding needs no fix (the bar: no WARN); it is listed, not run.
 Runs stop being started when ``--budget-s`` would be passed; what was left is listed in the
@@ -150,7 +151,9 @@ def run_pair(row: dict, script: Script, work: Path, out: Path, args) -> None:
     if row.get("verdict_code") is None:
         row["outcome"] = "ran (CPU check)" if args.cpu else "measured (no verdict given)"
     elif m["gain_median"] >= BAR and m["every_round_faster"]:
-        row["outcome"] = "confirmed"
+        noisy = m["noise_a"] is not None and m["gain_median"] <= m["noise_a"]
+        row["outcome"] = ("faster, but within A's run-to-run range: run more rounds" if noisy
+                          else "confirmed")
     else:
         row["outcome"] = "not confirmed"
 

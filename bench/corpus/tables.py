@@ -58,7 +58,7 @@ def verdicts_markdown(doc: dict) -> str:
 def ab_markdown(doc: dict) -> str:
     lines = ["# Corpus: prescribed fix applied by hand, measured (A = original, B = patched copy)", ""]
     lines += _head(doc) + [f"rounds A B A B...: {doc.get('rounds')}; confirmed = median throughput gain "
-                           f">= {_pct(doc.get('bar'))} and every round faster", ""]
+                           f">= {_pct(doc.get('bar'))}, every round faster and above A's run-to-run range", ""]
     lines.append("| script | verdict | fix applied | predicted (step time saved) | measured: step time saved "
                  "| throughput gain median [min, max] | A noise | confirmed | verdict after the fix |")
     lines.append("|" + "---|" * 9)
