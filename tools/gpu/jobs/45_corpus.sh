@@ -5,6 +5,7 @@
 # steps of each script; bench/corpus/README.md). Needs the git-ignored .corpus folder made by
 # `bash bench/corpus/prepare.sh` on the development machine and carried into the call
 # (run's carry: [".corpus"]). No internet needed: make_data.py writes the synthetic data.
+# CORPUS_ONLY=a,b runs a subset; CORPUS_ARGS adds arguments (the CPU check: "--cpu --steps 8").
 # Run from the repo root with PYTHONPATH=src and JOB_OUT set (tools/gpu/run_all.sh does both).
 # Outputs under $JOB_OUT, and where to commit them:
 #   corpus-verdicts.json, corpus-verdicts.md   -> bench/results/corpus/
@@ -17,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../step.sh"
 
 nvidia-smi -L > "$OUT/nvidia-smi.txt" 2>&1
 step corpus "$PY" bench/corpus/run_corpus.py --out "$OUT" --corpus .corpus \
-  --work "${TMPDIR:-/tmp}/gpudoctor-corpus-work" ${CORPUS_ONLY:+--only "$CORPUS_ONLY"}
+  --work "${TMPDIR:-/tmp}/gpudoctor-corpus-work" ${CORPUS_ONLY:+--only "$CORPUS_ONLY"} ${CORPUS_ARGS:-}
 
 echo "=== summary"
 cat "$OUT/corpus-verdicts.md" 2>/dev/null
