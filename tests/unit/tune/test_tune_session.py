@@ -20,8 +20,8 @@ from gpudoctor.tune.trials import make_loader
 HERE = Path(__file__).parent
 REF = f"{HERE / 'tiny_target.py'}:target"
 OOM_REF = f"{HERE / 'tiny_target.py'}:oom_target"
-FAST = TuneOptions(steps=2, warmup=1)
-FAST_MAX = TuneOptions(steps=2, warmup=1, batch_pick="max")
+FAST = TuneOptions(steps=2, warmup=1, window_s=0.0)
+FAST_MAX = TuneOptions(steps=2, warmup=1, window_s=0.0, batch_pick="max")
 
 
 def test_batch_found_within_margin_of_the_known_limit(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_cli_json(tmp_path: Path) -> None:
     from gpudoctor.cli.app import app
 
     out = tmp_path / "cfg.toml"
-    res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--json", "--out", str(out), "--steps", "2",
+    res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--json", "--out", str(out), "--steps", "2", "--window-s", "0",
                                    "--pick-batch", "max"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout[res.stdout.index("{"):])
@@ -113,7 +113,7 @@ def test_cli_ctrl_c_prints_what_finished(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(session.TrialRunner, "run", run)
     res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--out", str(tmp_path / "c.toml"),
-                                   "--steps", "2"])
+                                   "--steps", "2", "--window-s", "0"])
     assert res.exit_code == 130
     assert "batch=16" in res.stdout and "batch=32" in res.stdout and "interrupted" in res.stdout
 
