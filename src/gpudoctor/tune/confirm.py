@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, TrialVerdict
-from gpudoctor.tune.noise import beats, noise
+from gpudoctor.tune.noise import compare
 from gpudoctor.tune.plan import CONFIRM_ROUNDS, Plan, make_plan
 from gpudoctor.tune.session import TuneContext, measured
 from gpudoctor.tune.target import LoaderSettings
@@ -104,16 +104,15 @@ def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings) -
         write, why = False, f"the tuned configuration failed its confirmation ({tuned_row.reason}): nothing written"
     elif start is None:
         write, why = True, f"the starting configuration failed ({start_row.reason}); the tuned one ran: written"
-    elif beats(tuned, start, tolerance):
-        write, why = True, (f"tuned {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s = "
-                            f"{tuned.median / start.median:.2f}x (beyond the +-{noise(tuned, start, tolerance):.0%} "
-                            "noise): written")
     else:
-        gain = tuned.median / start.median
-        where = "inside" if gain >= 1 - noise(tuned, start, tolerance) else "below"
-        write, why = False, (f"tuned {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s = {gain:.2f}x "
-                             f"({where} the +-{noise(tuned, start, tolerance):.0%} noise): the starting "
-                             "configuration is kept and nothing is written")
+        gain, margin = compare(tuned, start, tolerance)
+        figures = f"tuned {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s, {gain:.2f}x round by round"
+        if gain > 1 + margin:
+            write, why = True, f"{figures} (beyond the +-{margin:.0%} noise): written"
+        else:
+            where = "inside" if gain >= 1 - margin else "below"
+            write, why = False, (f"{figures} ({where} the +-{margin:.0%} noise): the starting configuration is "
+                                 "kept and nothing is written")
     write = bool(ctx.agree(write))
     return Checked(write=write, result=KnobResult(
         knob="confirm", trials=(start_row, tuned_row), winner=(tuned_row if write else start_row).setting,

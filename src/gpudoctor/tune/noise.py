@@ -2,10 +2,12 @@
 
 A setting is measured more than once (``repeats`` runs, interleaved with the settings it is
 compared against, so a slow drift of the machine hits every arm alike). Its rate is the median of
-its runs and its spread is half their range as a fraction of that median (``+-2%``). A setting
-beats another only when its median is higher by more than the noise of the pair: the larger of
-the tolerance and the two spreads added (:func:`noise`). A winner inside the noise is not a
-winner: the starting value stays (:func:`pick`).
+its runs and its spread is half their range as a fraction of that median (``+-2%``). Two settings
+run in the same rounds are compared round by round (:func:`compare`): the gain is the median of
+the per-round ratios and the noise is the larger of the tolerance and the ratios' own spread, so
+one disturbed round neither makes nor hides a winner. Unpaired runs fall back to the ratio of the
+medians against the two spreads added. A setting beats another only when its gain exceeds
+``1 + noise``; a winner inside the noise is not a winner: the starting value stays (:func:`pick`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,18 @@ def summarize(rates: Sequence[float | None]) -> Measured | None:
     return Measured(rates=values, median=median, spread=(max(values) - min(values)) / (2 * median))
 
 
+def compare(a: Measured, b: Measured, tolerance: float) -> tuple[float, float]:
+    """``(gain, noise)`` of ``a`` over ``b``: round by round when both ran the same rounds."""
+    if len(a.rates) == len(b.rates) >= 2:
+        ratios = summarize([x / y for x, y in zip(a.rates, b.rates)])
+        if ratios is not None:
+            return ratios.median, max(tolerance, ratios.spread)
+    return a.median / b.median, max(tolerance, a.spread + b.spread)
+
+
 def noise(a: Measured, b: Measured, tolerance: float) -> float:
     """The fraction a difference between ``a`` and ``b`` must exceed to be real."""
-    return max(tolerance, a.spread + b.spread)
+    return compare(a, b, tolerance)[1]
 
 
 def beats(candidate: Measured | None, base: Measured | None, tolerance: float) -> bool:
@@ -45,7 +56,8 @@ def beats(candidate: Measured | None, base: Measured | None, tolerance: float) -
         return False
     if base is None:
         return True  # the starting setting failed: anything that ran is better
-    return candidate.median > base.median * (1.0 + noise(candidate, base, tolerance))
+    gain, margin = compare(candidate, base, tolerance)
+    return gain > 1.0 + margin
 
 
 def pick(measured: Sequence[Measured | None], *, base: int, tolerance: float) -> tuple[int | None, str]:
@@ -69,13 +81,13 @@ def pick(measured: Sequence[Measured | None], *, base: int, tolerance: float) ->
         best_i, best = max(valid, key=lambda p: p[1].median)
         if best_i == base:
             return base, "the starting setting is the fastest"
-        gain = best.median / start.median
-        return base, (f"{gain:.2f}x is inside the noise (+-{noise(best, start, tolerance):.0%}): "
-                      "the starting setting stays")
+        gain, margin = compare(best, start, tolerance)
+        return base, f"{gain:.2f}x is inside the noise (+-{margin:.0%}): the starting setting stays"
     top_i, top = max(better, key=lambda p: p[1].median)
     for i, m in better:
         if not beats(top, m, tolerance):
-            gain = f"{m.median / start.median:.2f}x the starting setting" if start else "the starting setting failed"
+            gain = (f"{compare(m, start, tolerance)[0]:.2f}x the starting setting (beyond the "
+                    f"+-{noise(m, start, tolerance):.0%} noise)" if start else "the starting setting failed")
             return i, gain
     return top_i, "fastest"  # pragma: no cover - the top never beats itself
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
-from gpudoctor.tune.noise import beats, noise, pick, rotated
+from gpudoctor.tune.noise import beats, compare, pick, rotated
 from gpudoctor.tune.session import aggregate, measured
 
 SCRIPT_KNOBS = ("loader", "precision")
@@ -254,12 +254,13 @@ def tune_script(knobs: list[str], command: tuple[str, ...], *, steps: int | None
             rows = s.arms("script:confirm", [("", "as written", {}), (final, f"--try {final}", {})],
                           rounds=max(CONFIRM_ROUNDS, repeats))
             start, tuned = measured(rows[0]), measured(rows[1])
+            gain, margin = compare(tuned, start, tolerance) if tuned and start else (0.0, tolerance)
             if beats(tuned, start, tolerance):
-                gain = f"{tuned.median / start.median:.2f}x" if start else "the script as written failed"
-                summary = (f"gpudoctor run --try {final} -- {' '.join(command)}  ({gain}, beyond the "
-                           f"+-{noise(tuned, start, tolerance) if start else tolerance:.0%} noise)")
+                figures = f"{gain:.2f}x round by round" if start else "the script as written failed"
+                summary = (f"gpudoctor run --try {final} -- {' '.join(command)}  ({figures}, beyond the "
+                           f"+-{margin:.0%} noise)")
             else:
-                gain = f"{tuned.median / start.median:.2f}x" if tuned and start else "failed"
+                gain = f"{gain:.2f}x" if tuned and start else "failed"
                 summary = f"keep the script as it is: --try {final} measured {gain}, not faster beyond the noise"
                 final = ""
             results.append(KnobResult(knob="script:result", trials=tuple(rows), summary=summary,
@@ -325,10 +326,10 @@ def _precision(s: _Session, stage, skip, usable, chosen: dict, generous: str, co
         for name, row in zip(switches, rows[1:]):
             if beats(measured(row), base, tolerance):
                 kept.append(name)
-                notes.append(f"{name}: {row.samples_per_s / rows[0].samples_per_s:.2f}x beyond the noise: kept")
-            elif row.verdict is TrialVerdict.OK and rows[0].samples_per_s:
-                notes.append(f"{name}: {row.samples_per_s / rows[0].samples_per_s:.2f}x, inside the noise or "
-                             "slower: not taken")
+                notes.append(f"{name}: {compare(measured(row), base, tolerance)[0]:.2f}x beyond the noise: kept")
+            elif measured(row) and base:
+                gain, margin = compare(measured(row), base, tolerance)
+                notes.append(f"{name}: {gain:.2f}x, inside the +-{margin:.0%} noise or slower: not taken")
     elif switches:
         notes.append(f"switches ({', '.join(switches)}) cut by the budget: need "
                      f"~{(len(switches) + 1) * s.repeats * s.run_s:.0f} s")
