@@ -47,7 +47,7 @@ def _num(value: float | None, unit: str = "") -> str:
 def _spread(trial: Trial) -> str:
     if trial.spread is None:
         return "—"
-    return f"±{trial.spread:.0%} ({len(trial.rates)})"
+    return f"±{trial.spread:.1%} ({len(trial.rates)})"
 
 
 def _mem(value: int | None) -> str:
@@ -67,7 +67,7 @@ def trial_line(trial: Trial) -> str:
     """One line per finished trial, for the live progress display."""
     rate = f"{_num(trial.samples_per_s)} samples/s" if trial.samples_per_s else trial.verdict.value
     if trial.samples_per_s and trial.spread is not None:
-        rate += f" ±{trial.spread:.0%} over {len(trial.rates)} runs"
+        rate += f" ±{trial.spread:.1%} over {len(trial.rates)} runs"
     tail = f" ({trial.reason})" if trial.reason and trial.verdict is not TrialVerdict.OK else ""
     return f"{trial.knob:<10} {trial.setting:<44} {rate}{tail}"
 
@@ -100,7 +100,8 @@ def _knob_block(knob: KnobResult) -> list[RenderableType]:
         parts.append(knob_table(knob))
     else:
         parts.append(Text(_TITLES.get(knob.knob, knob.knob), style="italic"))
-    head = Text("  winner: " if knob.winner else "  result: ", style="bold")
+    verdict_only = knob.knob in ("plan", "confirm", "script:plan", "script:result")
+    head = Text("  winner: " if knob.winner and not verdict_only else "  result: ", style="bold")
     head.append(knob.summary or "none")
     parts.append(head)
     for note in knob.notes:

@@ -96,7 +96,7 @@ def test_plan_and_reference_come_first_and_trials_are_repeated() -> None:
     assert any("precision:" in line for line in result.plan)
     ran = [t for t in precision.trials if t.verdict is TrialVerdict.OK]
     assert ran and all(len(t.rates) == 2 and t.spread is not None for t in ran)
-    assert any("dtype fp32" in n for n in precision.notes)
+    assert any(n.startswith(("dtype fp32:", "dtype bf16:")) for n in precision.notes)
 
 
 def test_stage_cut_by_the_plan_is_named_with_its_need(monkeypatch: pytest.MonkeyPatch) -> None:
