@@ -77,19 +77,19 @@ def knob_table(knob: KnobResult) -> Table:
     table = Table(title=_TITLES.get(knob.knob, knob.knob), box=box.SIMPLE_HEAD, title_justify="left",
                   show_edge=False)
     table.add_column("", width=1)
-    table.add_column("setting", min_width=min(40, max((len(t.setting) for t in knob.trials), default=10)))
-    table.add_column("samples/s", justify="right")
-    table.add_column("spread (runs)", justify="right")
+    table.add_column("setting", min_width=min(24, max((len(t.setting) for t in knob.trials), default=10)))
+    table.add_column("samples/s", justify="right", no_wrap=True)
+    table.add_column("spread", justify="right", no_wrap=True)
+    table.add_column("verdict", min_width=10, ratio=1)  # before the detail columns: a narrow terminal keeps it
     table.add_column("step ms", justify="right")
-    table.add_column("data wait ms", justify="right")
+    table.add_column("wait ms", justify="right")
     table.add_column("peak mem", justify="right")
-    table.add_column("verdict")
     marked = False
     for trial in knob.trials:
         win = not marked and knob.winner is not None and trial.setting == knob.winner
         marked = marked or win
-        table.add_row("*" if win else "", trial.setting, _num(trial.samples_per_s), _spread(trial), _num(trial.step_ms),
-                      _num(trial.data_wait_ms), _mem(trial.peak_mem_bytes), _verdict(trial),
+        table.add_row("*" if win else "", trial.setting, _num(trial.samples_per_s), _spread(trial), _verdict(trial),
+                      _num(trial.step_ms), _num(trial.data_wait_ms), _mem(trial.peak_mem_bytes),
                       style="bold" if win else None)
     return table
 
