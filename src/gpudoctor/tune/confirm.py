@@ -87,12 +87,13 @@ def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings) -
     try:
         warmup = ctx.options.warmup + 2  # + the loader's queues filling
         start_batch, tuned_batch = _batch(ctx, start_config), _batch(ctx, ctx.config)
+        strategy = "ddp" if ctx.world_size > 1 else "none"  # under torchrun: as the job trains, DDP included
         specs = [
             ctx.spec("confirm", f"starting configuration (batch {start_batch})", {}, config=start_config,
-                     mode="loader", batch_size=start_batch, loader=start_loader, warmup=warmup,
+                     mode="loader", batch_size=start_batch, loader=start_loader, warmup=warmup, strategy=strategy,
                      steps=_steps(ctx, ctx.reference_rate, start_batch)),
             ctx.spec("confirm", f"tuned configuration (batch {tuned_batch})", {}, config=ctx.config, mode="loader",
-                     batch_size=tuned_batch, loader=ctx.loader, warmup=warmup,
+                     batch_size=tuned_batch, loader=ctx.loader, warmup=warmup, strategy=strategy,
                      steps=_steps(ctx, ctx.consumption_rate or ctx.reference_rate, tuned_batch)),
         ]
         start_row, tuned_row = ctx.measure(specs, repeats=max(CONFIRM_ROUNDS, ctx.options.repeats))
