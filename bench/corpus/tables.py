@@ -25,7 +25,7 @@ def _head(doc: dict) -> list[str]:
 def verdicts_markdown(doc: dict) -> str:
     lines = ["# Corpus verdicts", ""] + _head(doc) + [""]
     lines.append("| script | status | wall s | verdict (top WARN/ERROR) | expected gain | step ms median / mean "
-                 "| throughput | GPU busy | compute | sync | data wait | top kernel |")
+                 "| throughput | GPU busy | compute | host | data wait | top kernel |")
     lines.append("|" + "---|" * 12)
     for r in doc["rows"]:
         v = r.get("verdict") or {}
@@ -39,7 +39,7 @@ def verdicts_markdown(doc: dict) -> str:
             f"| {r['name']} | {status} | {_num(r.get('wall_s'))} | {title.replace('|', '/')} | "
             f"{_pct(v.get('expected_gain'))} | {_num(r.get('step_ms'), '.2f')} / {_num(r.get('mean_step_ms'), '.2f')} | "
             f"{_num(r.get('throughput'), ',.0f')} {r.get('unit') or ''} | {_pct(r.get('gpu_busy'))} | "
-            f"{_pct(r.get('compute_share'))} | {_pct(r.get('sync_share'))} | {_pct(r.get('data_wait_share'))} | "
+            f"{_pct(r.get('compute_share'))} | {_pct(r.get('host_share'))} | {_pct(r.get('data_wait_share'))} | "
             f"{top_k.replace('|', '/')} |")
     lines += ["", "Top kernels of each profiler window (share of the window's GPU busy time):", ""]
     for r in doc["rows"]:

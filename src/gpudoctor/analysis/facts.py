@@ -76,17 +76,23 @@ class RankFacts:
 
     @property
     def sync_cost_share(self) -> float | None:
-        """What synchronising calls cost per step, at least: without them the host would queue
-        work ahead and the step would take max(host work, GPU busy) instead of their serial
-        sum, so the saving is ``step - max(host work, GPU busy)`` over the step (with the blocked
-        time measured per step; a lower bound on older recordings, see :func:`host_active_ms`).
-        ``None`` without a GPU timeline."""
-        host = host_active_ms(self.stats, self.window)
+        """What synchronising calls cost per step: the host's time blocked in them (``W``),
+        capped by the GPU's idle time. Without them the host queues the next step's work while
+        the GPU runs and the step takes ``max(step - W, GPU busy)`` instead of ``step``: the
+        saving is ``min(W, step - GPU busy)``. ``W`` is measured per step by the probes; on
+        recordings from before they did, the profiler window's blocked time stands in for it,
+        an under-estimate (see :func:`host_active_ms`). ``None`` without a GPU timeline."""
         busy = self.breakdown.gpu_busy_ms
         step = self.breakdown.step_ms
-        if host is None or busy is None or step <= 0:
+        if busy is None or step <= 0:
             return None
-        return max(0.0, step - max(host, busy)) / step
+        if self.stats.mean_sync_ms is not None:
+            blocked = self.stats.mean_sync_ms
+        elif self.window is not None and self.window_steps:
+            blocked = self.window.sync_ms / self.window_steps
+        else:
+            return None
+        return max(0.0, min(blocked, step - busy)) / step
 
     def host_ops_line(self, n: int = 3) -> str | None:
         """Where the host's time went in the window: its top CPU ops by self time, per step
