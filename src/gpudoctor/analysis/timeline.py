@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from gpudoctor.analysis.steps import least_squares
 from gpudoctor.records.gpu import GpuSample
 from gpudoctor.records.step import StepRecord
-
-GIB = float(1 << 30)
+from gpudoctor.records.units import GIB
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from gpudoctor.analysis import timeline
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
-from gpudoctor.records.units import human_bytes
+from gpudoctor.records.units import MISSING, human_bytes
 from gpudoctor.report import charts
 from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
 
@@ -28,7 +28,7 @@ MAX_RANK_CHARTS = 2
 
 def _when(ts: float | None) -> str:
     if ts is None:
-        return "—"
+        return MISSING
     return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M:%S UTC"
     )
@@ -36,7 +36,7 @@ def _when(ts: float | None) -> str:
 
 def _plain(value: Any) -> str:
     if value is None:
-        return "N/A"
+        return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (tuple, list)):
@@ -103,7 +103,7 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     from gpudoctor import __version__
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters["pct"] = lambda v: "—" if v is None else f"{v * 100:.0f}%"
+    env.filters["pct"] = lambda v: MISSING if v is None else f"{v * 100:.0f}%"
     template_text = (
         resources.files("gpudoctor.report").joinpath("templates/report.html.j2").read_text("utf-8")
     )
