@@ -16,6 +16,7 @@ from typing import Any
 from gpudoctor.analysis import timeline
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
+from gpudoctor.records.atomic import write_text_atomic
 from gpudoctor.records.units import MISSING, human_bytes
 from gpudoctor.report import charts
 from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
@@ -162,9 +163,7 @@ def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     """Render and write the report (default ``RUNDIR/report.html``); return its path."""
     path = Path(out) if out is not None else run.path / REPORT
     text = render_report(run, findings, verified)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path
 
 
