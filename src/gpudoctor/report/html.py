@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import timeline
+from gpudoctor.analysis.facts import rank_stats
+from gpudoctor.analysis.thresholds import Thresholds
+from gpudoctor.records.atomic import write_text_atomic
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
-from gpudoctor.records.atomic import write_text_atomic
 from gpudoctor.records.units import MISSING, human_bytes
 from gpudoctor.report import charts
 from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
@@ -73,9 +75,10 @@ def build_figures(run: RunData) -> dict[str, object]:
         figures["gpu_mem"] = charts.gpu_chart(series, "mem_used_gib", "GPU memory used", "GiB")
         if any(v is not None for s in series for v in s.power_w):
             figures["gpu_power"] = charts.gpu_chart(series, "power_w", "GPU power", "W")
-    ranks = [r for r in sorted(run.steps) if run.steps[r]]
+    stats = {r: s for r in sorted(run.steps) if (s := rank_stats(run, r, Thresholds())) is not None}
+    ranks = list(stats)
     breakdowns = {r: timeline.step_breakdown(r, run.steps[r]) for r in ranks}
-    memories = {r: timeline.memory_series(r, run.steps[r]) for r in ranks}
+    memories = {r: timeline.memory_series(r, run.steps[r], stats[r].leak) for r in ranks}
     if len(ranks) > MAX_RANK_CHARTS:
         figures["steps_ranks"] = charts.rank_overlay_chart(
             {r: (b.step, b.step_ms) for r, b in breakdowns.items()}, "Step time per rank", "ms")
@@ -83,7 +86,7 @@ def build_figures(run: RunData) -> dict[str, object]:
             figures["memory_ranks"] = charts.rank_overlay_chart(
                 {r: (m.step, m.allocated_gib) for r, m in memories.items() if m.step},
                 "Allocated memory per rank", "GiB")
-        slowest = timeline.slowest_rank({r: b.step_ms for r, b in breakdowns.items()})
+        slowest = timeline.slowest_rank(stats)
         ranks = sorted({ranks[0], slowest})
     for rank in ranks:
         figures[f"steps_rank{rank}"] = charts.step_chart(breakdowns[rank])
