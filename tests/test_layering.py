@@ -124,6 +124,14 @@ def test_every_subpackage_has_a_place_in_the_contracts() -> None:
     assert packages - placed == set(), "a new subpackage: give it a layer in pyproject.toml"
 
 
+def test_the_architecture_page_places_every_subpackage() -> None:
+    """docs/ARCHITECTURE.md's table names every subpackage, so a newcomer finds each one's room."""
+    page = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    packages = {p.name for p in (ROOT / "src" / "gpudoctor").iterdir() if (p / "__init__.py").exists()}
+    missing = sorted(name for name in packages - {"data"} if f"| `{name}/` |" not in page)
+    assert missing == [], f"add a row for {missing} to docs/ARCHITECTURE.md"
+
+
 def test_records_contract_forbids_every_third_party_dependency() -> None:
     """records-stdlib names each dependency's module, so adding a dependency means deciding here."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
