@@ -2,7 +2,7 @@
 
 torch.profiler left on for a whole run costs about +64% step time and writes traces of gigabytes
 (anchors, pain points 20 and 23). Here it covers a few steps (by default the last five of
-``--steps``), records CPU and CUDA activity and the FLOPs of matmuls and convolutions (which
+``--steps``, steps 10-14 with ``--full``: ``collectors.launch.RunSpec.window``), records CPU and CUDA activity and the FLOPs of matmuls and convolutions (which
 records input shapes) — no stacks or memory — and the events are reduced in memory to the
 figures the analysis needs. No trace file is kept unless asked (``--keep-trace``).
 
