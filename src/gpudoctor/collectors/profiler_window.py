@@ -2,9 +2,9 @@
 
 torch.profiler left on for a whole run costs about +64% step time and writes traces of gigabytes
 (anchors, pain points 20 and 23). Here it covers a few steps (by default the last five of
-``--steps``, steps 10-14 with ``--full``: ``collectors.launch.RunSpec.window``), records CPU and CUDA activity and the FLOPs of matmuls and convolutions (which
-records input shapes) — no stacks or memory — and the events are reduced in memory to the
-figures the analysis needs. No trace file is kept unless asked (``--keep-trace``).
+``--steps``, steps 10-14 with ``--full``: ``collectors.launch.RunSpec.window``), records CPU and
+CUDA activity and the FLOPs of matmuls and convolutions (which records input shapes) — no stacks
+or memory — and the events are reduced in memory to the figures the analysis needs. No trace file is kept unless asked (``--keep-trace``).
 
 Every GPU figure comes from the GPU timeline (kernel and copy intervals), never from the host's
 wall time: a GPU-bound host runs ahead of the GPU, so the window's host wall time and the GPU
