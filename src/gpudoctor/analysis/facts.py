@@ -136,11 +136,6 @@ class RunFacts:
     configs: dict[int, RankConfig]
     ran_out_of_memory: bool = False  # an OOM snapshot was written, or the allocator counted one
 
-    @property
-    def lead(self) -> RankFacts | None:
-        """The rank the single-rank rules look at: rank 0, else the first one with steps."""
-        return self.ranks[0] if self.ranks else None
-
 
 def _nvml_util(gpus: list[GpuUtilSummary], config: RankConfig | None) -> float | None:
     """Mean NVML utilisation (0-1) of the GPU the rank used, when known."""

@@ -114,7 +114,8 @@ class MemcpyStat:
 
 @record
 class WindowSummary:
-    """A short ``torch.profiler`` window (a few steps after warm-up), reduced in-process.
+    """A short ``torch.profiler`` window (by default the last five steps of ``gpudoctor run
+    --steps``; steps 10-14 with ``--full``), reduced in-process.
 
     Replaces a multi-GB trace with the numbers the analysis needs.
     """

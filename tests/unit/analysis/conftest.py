@@ -12,9 +12,7 @@ from gpudoctor.records.memory import AllocatorStats
 from gpudoctor.records.run import DdpConfig, LoaderConfig, RankConfig, RunManifest, WindowSummary
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.step import StepRecord
-
-GIB = 1024**3
-MIB = 1024**2
+from gpudoctor.records.units import GIB, MIB
 
 
 def loader(**kw) -> LoaderConfig:
