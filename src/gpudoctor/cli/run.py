@@ -119,6 +119,9 @@ def register(app: typer.Typer) -> None:
             30.0, "--stall-timeout",
             help="A stall: no optimizer step for max(S, 20 x the median step); stop it with every rank's stacks.",
         ),
+        top: int = typer.Option(
+            5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none).",
+        ),
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
 
@@ -162,7 +165,7 @@ def register(app: typer.Typer) -> None:
                 extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
                 emit_json({**diag.payload(rundata, findings), **extra, "exit_code": outcome.exit_code})
             else:
-                diag.render(rundata, findings, console)
+                diag.render(rundata, findings, console, top=top)
                 render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
             raise typer.Exit(outcome.exit_code)
@@ -207,7 +210,7 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
             emit_json({"baseline": diag.payload(b_run, findings[str(b_run.path)]), "try": None,
                        "comparison": None, "exit_code": b_out.exit_code or 1})
         else:
-            diag.render(b_run, findings[str(b_run.path)], console)
+            diag.render(b_run, findings[str(b_run.path)], console, top=top)
         say(f"the baseline run did not train ({b_out.manifest.status}); fix that before --try")
         raise typer.Exit(b_out.exit_code or 1)
     t_out, t_run = result.tried[0]
@@ -220,7 +223,7 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
             "exit_code": result.exit_code,
         })
     else:
-        diag.render(b_run, findings[str(b_run.path)], console)
+        diag.render(b_run, findings[str(b_run.path)], console, top=top)
         if comparison is not None:
             console.print(render_try(comparison))
         for outcome, data in result.baseline + result.tried:
