@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rich.console import Console
 
 from gpudoctor.analysis.diagnose import diagnose
@@ -60,3 +62,29 @@ def test_crashed_view(build, golden):
     run = build.run(steps_by_rank={}, windows={}, configs={}, gpu=[], status="crashed",
                     exit_code=1, error="RuntimeError: CUDA error: out of memory")
     golden("analysis/findings_crashed.txt", render(run))
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", ["fp32_convnet", "straggler-2gpu"])
+def test_recorded_run_views_fit_the_terminal(golden, name: str, width: int) -> None:
+    """An H200 recording rendered at 80 and 120 columns: nothing wider than the terminal, and no
+    number or rank of the step table cut (rich crops a cell with '…')."""
+    from pathlib import Path
+
+    from gpudoctor.analysis.diagnose import diagnose
+    from gpudoctor.analysis.facts import run_facts
+    from gpudoctor.analysis.thresholds import Thresholds
+    from gpudoctor.records.rundir import load_run
+    from gpudoctor.report.findings_view import breakdown_table, render_findings
+
+    run = load_run(Path(__file__).resolve().parents[2] / "fixtures" / "runs" / name)
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render_findings(run, diagnose(run), top=5))
+    text = console.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    table = io.StringIO()
+    Console(file=table, width=width, color_system=None).print(breakdown_table(run_facts(run, Thresholds())))
+    assert "…" not in table.getvalue()
+    for rf in run_facts(run, Thresholds()).ranks:
+        assert f"{rf.stats.throughput[0]:,.0f}" in table.getvalue()
+    golden(f"analysis/view_{name}_{width}.txt", text)
