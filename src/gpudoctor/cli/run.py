@@ -1,9 +1,10 @@
 """``gpudoctor run [OPTIONS] -- CMD...``: run an unmodified training script under the probes.
 
 Parses, calls :func:`gpudoctor.collectors.launch.run_instrumented`, diagnoses the run directory
-and renders. Exit code: the script's own when it failed (128+N when killed by signal N), 130
-when interrupted, 1 when it made no optimizer step (or not before the first-step timeout) or
-stalled, else 0.
+and renders. Exit code, first that applies: 2 a usage error; 130 interrupted; the script's own
+when it failed (128+N when killed by signal N); 1 when it made no optimizer step (or not before
+the first-step timeout) or stalled; 1 when a finding is at or above ``--fail-on`` (default warn);
+else 0.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import typer
 
+from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
 _CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -52,6 +54,11 @@ def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
     # A run stopped before its first step still has a diagnosis when it left stacks behind.
     findings = diag.analyse(run) if run.steps or run.stacks else None
     return outcome, run, findings
+
+
+def severities(findings: list | None) -> list[str]:
+    """The findings' severities, for :func:`gpudoctor.cli.output.exit_code`."""
+    return [f.severity.value for f in findings or ()]
 
 
 _EXPLAIN_TAIL = 300  # lines of stdout.log read for a crash's explanation
@@ -114,14 +121,26 @@ def register(app: typer.Typer) -> None:
             30.0, "--stall-timeout",
             help="A stall: no optimizer step for max(S, 20 x the median step); stop it with every rank's stacks.",
         ),
+        fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
 
-        Put the command after --, e.g. gpudoctor run --steps 60 -- python train.py --lr 0.1
-        (also python -m pkg.train, or torchrun --standalone --nproc_per_node 2 train.py).
+        Put the command after --: python train.py, python -m pkg.train, or torchrun. The script
+        runs unmodified; gpudoctor stops it after --steps optimizer steps and prints the findings.
+
+        Exit codes, the first that applies: 2 usage error; 130 interrupted; the script's own
+        non-zero exit code (128+N when killed by signal N); 1 no optimizer step, a stall, or a
+        finding at or above --fail-on (default warn); else 0.
+
+        \b
+        Examples:
+          gpudoctor run -- python train.py --lr 0.1
+          gpudoctor run --steps 100 --fail-on error -- python -m mypkg.train
+          gpudoctor run -- torchrun --standalone --nproc_per_node 2 train.py
+          gpudoctor run --try num_workers=8,pin_memory -- python train.py
         """
         from gpudoctor.cli import diagnose as diag
-        from gpudoctor.cli.output import emit_json, stdout_console
+        from gpudoctor.cli.output import emit_json, exit_code, stdout_console
         from gpudoctor.collectors import outdir
         from gpudoctor.collectors.launch import DEFAULT_STEPS, default_run_dir, resolve_command
         from gpudoctor.collectors.knobs import parse_knobs
@@ -158,7 +177,7 @@ def register(app: typer.Typer) -> None:
                 diag.render(rundata, findings, console)
                 render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
-            raise typer.Exit(outcome.exit_code)
+            raise typer.Exit(exit_code(severities(findings), fail_on=fail_on, passthrough=outcome.exit_code))
 
         from gpudoctor.report.try_view import compare, render_try
 
@@ -191,4 +210,4 @@ def register(app: typer.Typer) -> None:
             console.print(render_try(comparison))
             console.print(f"run directories: {before[0].run_dir} (baseline), {after[0].run_dir} (--try)",
                           highlight=False, markup=False)
-        raise typer.Exit(after[0].exit_code)
+        raise typer.Exit(exit_code(severities(after[2]), fail_on=fail_on, passthrough=after[0].exit_code))
