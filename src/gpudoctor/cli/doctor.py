@@ -17,7 +17,8 @@ import typer
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
-_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+# as in run: doctor's options first, the first positional word starts the command
+_CONTEXT = {"allow_extra_args": True, "allow_interspersed_args": False}
 EMBEDDED = "basic_user"  # the seeds' "basic user" loop: data-loader bound on any machine
 SIZES = ("auto", "tiny", "small", "medium")
 
@@ -50,7 +51,7 @@ def _run(command: tuple[str, ...], run_dir: Path, steps: int, knobs: str | None,
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings=_CONTEXT)
+    @app.command(context_settings=_CONTEXT, options_metavar="[OPTIONS] [[--] COMMAND [ARGS]...]")
     def doctor(
         ctx: typer.Context,
         steps: int = typer.Option(60, "--steps", help="Optimizer steps to measure per run."),
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         Checks the GPU stack, runs and diagnoses a training script, re-runs it with the top
         finding's fix to measure the gain, and writes an HTML report. With no command it runs an
         embedded example (the seeds' "basic user" CIFAR-style loop, about a minute on a GPU; it
-        runs on a CPU too). Give your own command after --.
+        runs on a CPU too). Give your own command after doctor's options.
 
         Exit codes: 0 nothing to act on; 1 a finding at or above --fail-on (default warn), a
         failing check row on a GPU machine, or a script that failed; 2 usage or input error; 130
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
         Examples:
           gpudoctor doctor
           gpudoctor doctor --no-try --size tiny
-          gpudoctor doctor --steps 40 -- python train.py --lr 0.1
+          gpudoctor doctor --steps 40 python train.py --lr 0.1
         """
         from gpudoctor.analysis.env_rules import check_env
         from gpudoctor.analysis.knob_map import first_testable

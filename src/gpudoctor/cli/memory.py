@@ -74,7 +74,8 @@ def estimate(
         stdout_console().print(render_estimate(result))
 
 
-@memory_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@memory_app.command("run", context_settings={"allow_extra_args": True, "allow_interspersed_args": False},
+                    options_metavar="[OPTIONS] [--] COMMAND [ARGS]...")
 def run(
     ctx: typer.Context,
     steps: int = typer.Option(20, "--steps", help="Stop after N optimizer steps (the per-step curve)."),
@@ -88,9 +89,10 @@ def run(
 ) -> None:
     """Run a training command and show where its GPU memory goes, stage by stage.
 
-    Put the command after --. Records the allocator at the model, batch, forward, backward and
-    optimizer stages of the first K steps, the per-step curve, and on an out-of-memory error the
-    live allocations by source line plus a snapshot for PyTorch's memory viewer. Needs a CUDA GPU
+    The command follows the options (the first word that is not one, or after --). Records the
+    allocator at the model, batch, forward, backward and optimizer stages of the first K steps,
+    the per-step curve, and on an out-of-memory error the live allocations by source line plus a
+    snapshot for PyTorch's memory viewer. Needs a CUDA GPU
     for the figures. Memory mode resets the peak counter at each stage and records allocation
     stacks: use gpudoctor run for speed. The script's own exit code passes through.
 

@@ -17,7 +17,11 @@ import typer
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
-_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+# gpudoctor's options come first; the first word that is not an option starts the command, and
+# everything from there on is the command's (so `run python train.py --steps 7` passes --steps 7
+# to the script); `--` before the command also works; an unknown option before it is an error.
+_CONTEXT = {"allow_extra_args": True, "allow_interspersed_args": False}
+USAGE = "[OPTIONS] [--] COMMAND [ARGS]..."
 
 
 def _spec(command: tuple[str, ...], run_dir: Path, **kwargs: Any):
@@ -95,7 +99,7 @@ def render_crash_explanation(run: Any, match: Any, console: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings=_CONTEXT)
+    @app.command(context_settings=_CONTEXT, options_metavar=USAGE)
     def run(
         ctx: typer.Context,
         steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (default 60)."),
@@ -125,8 +129,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
 
-        Put the command after --: python train.py, python -m pkg.train, or torchrun. The script
-        runs unmodified; gpudoctor stops it after --steps optimizer steps and prints the findings.
+        gpudoctor's options come first; the first word that is not one starts the command
+        (python train.py, python -m pkg.train, torchrun ...), and every word after it is the
+        command's. The script runs unmodified; gpudoctor stops it after --steps optimizer steps and
+        prints the findings.
 
         Exit codes, the first that applies: 2 usage error; 130 interrupted; the script's own
         non-zero exit code (128+N when killed by signal N); 1 no optimizer step, a stall, or a
@@ -134,9 +140,9 @@ def register(app: typer.Typer) -> None:
 
         \b
         Examples:
-          gpudoctor run -- python train.py --lr 0.1
-          gpudoctor run --steps 100 --fail-on error -- python -m mypkg.train
-          gpudoctor run -- torchrun --standalone --nproc_per_node 2 train.py
+          gpudoctor run python train.py --lr 0.1
+          gpudoctor run --steps 100 --fail-on error python -m mypkg.train
+          gpudoctor run torchrun --standalone --nproc_per_node 2 train.py
           gpudoctor run --try num_workers=8,pin_memory -- python train.py
         """
         from gpudoctor.cli import diagnose as diag
@@ -147,7 +153,8 @@ def register(app: typer.Typer) -> None:
 
         command = tuple(ctx.args)
         if not command:
-            raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
+            raise GpuDoctorUserError("no command given; write it after gpudoctor's options, e.g. "
+                                     "gpudoctor run --steps 60 python train.py --lr 0.1")
         if full and steps is not None:
             raise GpuDoctorUserError("--steps and --full contradict each other; give one of them")
         if no_profile and window is not None:
