@@ -25,8 +25,9 @@ memory_app = typer.Typer(
 
 @memory_app.command("estimate")
 def estimate(
-    model: str = typer.Option(..., "--model", help="MODULE:FUNCTION returning the nn.Module, "
-                              "e.g. torchvision.models:resnet50."),
+    model: str = typer.Option(..., "--model", help="MODULE:FUNCTION or path/to/file.py:FUNCTION returning "
+                              "the nn.Module, e.g. torchvision.models:resnet50 (modules in the current folder "
+                              "are found)."),
     input_spec: str = typer.Option(..., "--input", help="image:CxHxW:CLASSES or tokens:SEQ:VOCAB."),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Per-GPU batch size to estimate."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adam, sgd or sgd_momentum."),
@@ -47,7 +48,7 @@ def estimate(
     Examples:
       gpudoctor memory estimate --model torchvision.models:resnet50 \\
           --input image:3x224x224:1000 -b 64
-      gpudoctor memory estimate --model mymodels:build --input tokens:1024:50257 \\
+      gpudoctor memory estimate --model mymodels.py:build --input tokens:1024:50257 \\
           -b 8 --precision bf16
     """
     from gpudoctor.cli.output import emit_json, stdout_console
