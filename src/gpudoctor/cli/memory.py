@@ -48,8 +48,8 @@ def estimate(
     Examples:
       gpudoctor memory estimate --model torchvision.models:resnet50 \\
           --input image:3x224x224:1000 -b 64
-      gpudoctor memory estimate --model mymodels.py:build --input tokens:1024:50257 \\
-          -b 8 --precision bf16
+      gpudoctor memory estimate --model mymodels.py:build \\
+          --input tokens:1024:50257 -b 8 --precision bf16
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.errors import GpuDoctorUserError
