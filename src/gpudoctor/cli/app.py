@@ -29,12 +29,30 @@ COMMAND_MODULES = (
 )
 
 
+# One line each in `gpudoctor --help` (the docstrings' first sentences are cut at 80 columns).
+SHORT_HELP = {
+    "doctor": "The full check-up: check, run, diagnose, prove the fix, report.",
+    "check": "Check the GPU stack layer by layer; say how to fix it.",
+    "run": "Run a training command under the probes and diagnose it.",
+    "diagnose": "Re-analyse a recorded run directory.",
+    "report": "Render a run directory as an offline HTML report.",
+    "monitor": "Watch and log GPU and host use.",
+    "bench": "Measure this machine's matmul, copy and collective ceilings.",
+    "lint": "Find GPU-training anti-patterns in code, statically.",
+    "explain": "Explain an error or a log: cause, how to verify, the fix.",
+    "tune": "Tune batch, loader, precision, scaler and DDP by measuring.",
+    "memory": "Estimate, record and explain training memory.",
+}
+
+
 class _Root(typer.core.TyperGroup):
     """The root group: a user error anywhere below becomes a clear message and exit code 2; a
     command that needs the torch extra says so when torch is missing (:mod:`gpudoctor.cli.extras`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        for name, command in self.commands.items():
+            command.short_help = SHORT_HELP.get(name, command.short_help)
         from gpudoctor.cli.extras import guard_torch_commands
 
         guard_torch_commands(self)

@@ -69,7 +69,8 @@ def test_help_states_the_exit_codes(command: str) -> None:
     assert "Exit codes" in text and ("2 usage or input error" in text or "2 usage error" in text)
 
 
-def test_root_help_lists_every_command_on_one_line_each() -> None:
+def test_root_help_lists_every_command_on_one_line_each(golden) -> None:
     text = _help(())
+    golden("cli/help_root_80.txt", text)
     for name in typer.main.get_command(app).commands:
         assert f"\n  {name} " in text
