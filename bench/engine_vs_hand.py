@@ -181,6 +181,7 @@ def load_nanogpt(path: str):
         sys.exit(f"--nanogpt {path}: no model.py there; pass a checkout of karpathy/nanoGPT")
     spec = importlib.util.spec_from_file_location("nanogpt_model", file)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # torch.compile re-imports the model's module by name
     spec.loader.exec_module(module)
     return module
 

@@ -149,7 +149,7 @@ def main_ddp(args: argparse.Namespace) -> int:
                       warmup=args.warmup), out=out.parent / f"{out.stem}-b{batch}.toml",
                       on_trial=(lambda trial: print(trial_line(trial), file=sys.stderr, flush=True)) if main else None)
         tune_s = time.perf_counter() - t0
-        (knob,) = result.knobs
+        knob = next(k for k in result.knobs if k.knob == "ddp")
         picks = [None] * env.world_size
         dist.all_gather_object(picks, knob.params)
         run: dict = {"batch_per_rank": batch, "tune_wall_s": round(tune_s, 1), "picked": knob.params,

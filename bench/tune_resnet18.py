@@ -165,7 +165,7 @@ def _batch_facts(result) -> dict:
     knob = next((k for k in result.knobs if k.knob == "batch"), None)
     if knob is None:
         return {}
-    probes = [t for t in knob.trials if t.knob == "batch" and "chosen" not in t.setting]
+    probes = [t for t in knob.trials if t.knob == "batch" and not t.setting.endswith(")")]
     fit = [t for t in probes if t.verdict.value == "ok"]
     oom = [t.params["batch_size"] for t in probes if t.verdict.value == "oom"]
     largest = max((t.params["batch_size"] for t in fit), default=None)

@@ -72,17 +72,17 @@ def test_real_cuda_oom_does_not_break_the_next_trial() -> None:
 def test_batch_boundary_on_the_gpu() -> None:
     result = tune(["batch"], target_ref=REF, target=hungry_target(), options=TuneOptions(steps=2, warmup=1,
                                                                                         margin=0.05))
-    (knob,) = result.knobs
+    knob = next(k for k in result.knobs if k.knob == "batch")
     verdicts = [t.verdict for t in knob.trials]
     assert TrialVerdict.OOM in verdicts
     chosen = knob.params["batch_size"]
     free, total = torch.cuda.mem_get_info()
     assert chosen * PER_SAMPLE * 4 < total  # what it kept alive fits in the GPU
-    final = knob.trials[-1]
-    assert final.setting.endswith("(chosen)") and final.verdict is TrialVerdict.OK
+    checked = [t for t in knob.trials if t.setting.endswith(("(starting)", "(candidate)"))]
+    assert checked and all(t.verdict is TrialVerdict.OK for t in checked)
     # the real GPU's peak memory drew the line that placed the limit, and the bracket is 1% wide
     assert any("train: peak memory of the probes that fit puts the limit near" in n for n in knob.notes), knob.notes
-    probes = [t for t in knob.trials if t.knob == "batch" and "chosen" not in t.setting]
+    probes = [t for t in knob.trials if t.knob == "batch" and not t.setting.endswith(")")]
     largest = max(t.params["batch_size"] for t in probes if t.verdict is TrialVerdict.OK)
     first_oom = min(t.params["batch_size"] for t in probes if t.verdict is TrialVerdict.OOM)
     assert largest < first_oom <= largest + max(1, int(largest * 0.01))
@@ -95,7 +95,7 @@ def test_cuda_only_knobs_run() -> None:
                        train_dataset=target.train_dataset, config=target.config, loader=target.loader)
     result = tune(["precision", "scaler"], target_ref=REF, target=small,
                   options=TuneOptions(steps=3, warmup=1, compile=False))
-    precision, scaler = result.knobs
+    precision, scaler = (next(k for k in result.knobs if k.knob == n) for n in ("precision", "scaler"))
     ran = {t.setting: t.verdict for t in precision.trials}
     for dtype in ("fp32", "tf32", "bf16", "fp16"):
         assert ran[dtype] in (TrialVerdict.OK, TrialVerdict.REJECTED), precision.trials

@@ -10,8 +10,7 @@ __all__ = ["StageMemory"]
 from gpudoctor.records.run import RankConfig, RunManifest
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.step import StepRecord
-
-MIB = 1 << 20
+from gpudoctor.records.units import MIB
 
 # (stage, step, allocated, reserved, peak since the previous stage) in MiB
 STAGES = [

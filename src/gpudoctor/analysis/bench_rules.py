@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from gpudoctor.records.bench import BenchReport, BenchResult, BenchVerdict, LinkState
-
-MIB = 1 << 20
+from gpudoctor.records.units import MIB
 
 _GENERIC = {
     "matmul": (

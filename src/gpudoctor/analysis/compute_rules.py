@@ -119,6 +119,8 @@ def _launch_bound(rf: RankFacts, th: Thresholds) -> list[Finding]:
         evidence.append(f"{syncs:.0f} host sync(s) per step, but the host works ~{ms(host)} per "
                         f"step against the GPU's {ms(rf.breakdown.gpu_busy_ms)}: without the "
                         "syncs it still could not keep the GPU fed")
+    if rf.host_ops_line():
+        evidence.append(rf.host_ops_line())
     if rf.stats.samples:
         evidence.append(f"batch size {rf.stats.samples:.0f}")
     fix = [

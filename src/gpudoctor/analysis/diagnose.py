@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpudoctor.analysis import (
+    compile_rules,
     compute_rules,
     conv_rules,
     distributed_rules,
@@ -40,6 +41,7 @@ RULES: tuple[Rule, ...] = (
     conv_rules.check_channels_last,
     conv_rules.check_cudnn_benchmark,
     tail_rules.check_periodic_stalls,
+    compile_rules.check_recompiles,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
     memory_rules.check_headroom,

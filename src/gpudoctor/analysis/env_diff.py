@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.env_text import cuda_tag, cudnn_words, version_tuple
 from gpudoctor.records.env import EnvDifference, EnvFacts, FrozenEnv, Verdict
+from gpudoctor.records.units import MISSING
 
 KIND = "gpudoctor.frozen-env"
 # Per-machine or per-run variables: they differ between machines without changing anything.
@@ -58,7 +59,7 @@ def freeze(facts: EnvFacts) -> FrozenEnv:
 
 
 def _s(value: object) -> str:
-    return "—" if value is None or value == "" else str(value)
+    return MISSING if value is None or value == "" else str(value)
 
 
 def diff(here: FrozenEnv, there: FrozenEnv) -> list[EnvDifference]:

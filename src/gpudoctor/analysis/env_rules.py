@@ -12,16 +12,9 @@ from __future__ import annotations
 import re
 
 from gpudoctor.analysis.env_rules_gpu import communication_rows, gpu_rows, usable_gpus
-from gpudoctor.analysis.env_text import (
-    GIB,
-    cuda_tag,
-    cudnn_words,
-    gib,
-    reinstall_torch,
-    row,
-    version_tuple,
-)
+from gpudoctor.analysis.env_text import cuda_tag, cudnn_words, reinstall_torch, row, version_tuple
 from gpudoctor.records.env import CheckReport, CheckResult, EnvFacts, Layer, Verdict
+from gpudoctor.records.units import GIB, MISSING, human_bytes
 
 L = Layer
 # Minimum Linux driver branch per CUDA major for minor-version compatibility (NVIDIA, "CUDA
@@ -93,7 +86,7 @@ def _triangle(facts: EnvFacts) -> CheckResult:
     name = "driver.cuda"
     if torch is None or torch.cuda is None:
         return row(L.DRIVER, name, Verdict.SKIP,
-                   f"driver supports CUDA ≤ {drv.cuda_version or '?'}; torch has no CUDA runtime "
+                   f"driver supports CUDA ≤ {drv.cuda_version or MISSING}; torch has no CUDA runtime "
                    "to compare (see runtime layer)")
     need = version_tuple(torch.cuda)
     if drv.cuda_version is None:  # nvidia-smi without a banner: fall back to the branch table
@@ -319,13 +312,13 @@ def host_rows(facts: EnvFacts) -> list[CheckResult]:
                         "DataLoader workers and NCCL need shared memory: mount a tmpfs at /dev/shm"))
     elif host.shm_total_bytes < SHM_MIN_BYTES:
         rows.append(row(L.HOST, "host.shm", Verdict.WARN,
-                        f"/dev/shm is {gib(host.shm_total_bytes)}: DataLoader workers die with "
+                        f"/dev/shm is {human_bytes(host.shm_total_bytes)}: DataLoader workers die with "
                         "\"bus error\" / \"unable to write to file\" once batches outgrow it",
                         "`docker run --shm-size=16g` (or --ipc=host); Kubernetes: mount an "
                         "emptyDir with medium: Memory at /dev/shm"))
     else:
         rows.append(row(L.HOST, "host.shm", Verdict.PASS,
-                        f"/dev/shm {gib(host.shm_total_bytes)} ({gib(host.shm_free_bytes)} free)"))
+                        f"/dev/shm {human_bytes(host.shm_total_bytes)} ({human_bytes(host.shm_free_bytes)} free)"))
     gpus = max(1, usable_gpus(facts))
     cpus = host.usable_cpus or host.cpu_count
     if cpus is None:
@@ -349,9 +342,9 @@ def _ram_row(facts: EnvFacts) -> CheckResult:
         return row(L.HOST, "host.ram", Verdict.WARN, "RAM unknown (psutil unavailable)")
     available = host.ram_available_bytes or 0
     limit = host.cgroup_memory_limit_bytes
-    text = f"{gib(host.ram_total_bytes)} RAM, {gib(available)} available"
+    text = f"{human_bytes(host.ram_total_bytes)} RAM, {human_bytes(available)} available"
     if limit is not None and limit < host.ram_total_bytes:
-        text += f"; container limit {gib(limit)}"
+        text += f"; container limit {human_bytes(limit)}"
         available = min(available, limit)
     if available < RAM_MIN_BYTES:
         return row(L.HOST, "host.ram", Verdict.WARN, text + ": loaders and checkpoints may be "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.analysis.env_text import GIB, gib, row
+from gpudoctor.analysis.env_text import row
+from gpudoctor.records.units import GIB, MIB, MISSING, human_bytes
 from gpudoctor.records.env import CheckResult, EnvFacts, GpuProbe, Layer, Verdict
 
 L = Layer
@@ -47,7 +48,7 @@ def gpu_rows(facts: EnvFacts) -> list[CheckResult]:
         what = (f"hung for {probe.timeout_s:g} s and was killed" if probe.status == "timeout"
                 else f"crashed (exit code {probe.returncode})")
         rows.append(row(L.CONTEXT, "gpu.probe", Verdict.FAIL,
-                        f"the probe subprocess {what} during: {probe.stage or '?'}"
+                        f"the probe subprocess {what} during: {probe.stage or MISSING}"
                         + (f"; stderr: {probe.stderr_tail.splitlines()[-1]}" if probe.stderr_tail else ""),
                         HANG_FIX))
     done = {d.index for d in facts.devices}
@@ -96,13 +97,13 @@ def _memory_row(facts: EnvFacts, dev: GpuProbe) -> CheckResult:
     if total is None or free is None:
         return row(L.CONTEXT, name, Verdict.WARN, "free/total memory unknown")
     used = total - free
-    text = f"{gib(free)} free of {gib(total)}"
+    text = f"{human_bytes(free)} free of {human_bytes(total)}"
     users = facts.driver.memory_users
     if used > max(BUSY_FRACTION * total, BUSY_MIN_BYTES):
-        who = ", ".join(f"pid {u.pid} {u.process_name or '?'} {gib(u.used_bytes)} on GPU {u.gpu_index}"
-                        for u in users[:4]) or "no process visible from here (another container "\
+        who = ", ".join(f"pid {u.pid} {u.process_name or MISSING} {human_bytes(u.used_bytes)} "
+                        f"on GPU {u.gpu_index}" for u in users[:4]) or "no process visible from here (another container "\
                                                 "or a leftover context)"
-        return row(L.CONTEXT, name, Verdict.WARN, f"{text}: {gib(used)} already in use ({who})",
+        return row(L.CONTEXT, name, Verdict.WARN, f"{text}: {human_bytes(used)} already in use ({who})",
                    "stop those processes or pick a free GPU with CUDA_VISIBLE_DEVICES; list "
                    "them with `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`; "
                    "leftover contexts: `sudo fuser -v /dev/nvidia*`")
@@ -224,7 +225,7 @@ def _nccl_row(facts: EnvFacts) -> CheckResult:
         bw = nccl.bytes / (nccl.ms / 1000.0) / 1e9 if nccl.ms else 0.0
         return row(L.COMMUNICATION, name, Verdict.PASS,
                    f"{nccl.world_size} processes over NCCL: sum {nccl.got:g} is right; "
-                   f"{nccl.bytes / 2**20:.0f} MiB in {nccl.ms:.2f} ms ({bw:.0f} GB/s bus bandwidth)")
+                   f"{nccl.bytes / MIB:.0f} MiB in {nccl.ms:.2f} ms ({bw:.0f} GB/s bus bandwidth)")
     if nccl.status == "wrong_sum":
         return row(L.COMMUNICATION, name, Verdict.FAIL,
                    f"all-reduce gave {nccl.got:g}, expected {nccl.expected:g}: data corrupted "

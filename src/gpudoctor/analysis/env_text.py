@@ -1,27 +1,17 @@
-"""Small pure helpers shared by the environment rules: row building, units, version words."""
+"""Small pure helpers shared by the environment rules: row building, version words."""
 
 from __future__ import annotations
 
 import re
 
 from gpudoctor.records.env import CheckResult, Layer, Verdict
-
-GIB = 1024**3
+from gpudoctor.records.units import MISSING
 
 
 def row(layer: Layer, name: str, verdict: Verdict, evidence: str, fix: str = "") -> CheckResult:
     """A check row; a passing row carries no fix."""
     return CheckResult(layer=layer, name=name, verdict=verdict, evidence=evidence,
                        fix="" if verdict is Verdict.PASS else fix)
-
-
-def gib(value: int | None) -> str:
-    """Bytes as GiB (MiB below 1 GiB); ``"?"`` when unknown."""
-    if value is None:
-        return "?"
-    if value < GIB:
-        return f"{value / 1024**2:.0f} MiB"
-    return f"{value / GIB:.1f} GiB"
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -55,7 +45,7 @@ def reinstall_torch(tag: str) -> str:
 def cudnn_words(version: int | None) -> str:
     """``torch.backends.cudnn.version()`` as text: 92400 → ``"9.24.0"``, 8902 → ``"8.9.2"``."""
     if version is None:
-        return "?"
+        return MISSING
     if version >= 10000:  # cuDNN 9+: major*10000 + minor*100 + patch
         return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
     return f"{version // 1000}.{version // 100 % 10}.{version % 100}"  # cuDNN ≤ 8

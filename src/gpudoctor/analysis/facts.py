@@ -28,6 +28,11 @@ def main_loader(config: RankConfig | None) -> LoaderConfig | None:
     return max(config.loaders, key=lambda lo: (lo.batches, lo.epochs_started))
 
 
+# CPU-side profiler events that are the host waiting for the GPU or the profiler itself
+NOT_HOST_WORK = frozenset({"Command Buffer Full", "Activity Buffer Request", "cudaDeviceSynchronize",
+                           "cudaStreamSynchronize"})
+
+
 @dataclass(frozen=True, slots=True)
 class RankFacts:
     """One rank: its statistics, its configuration, its profiler window and the breakdown."""
@@ -71,17 +76,34 @@ class RankFacts:
 
     @property
     def sync_cost_share(self) -> float | None:
-        """What synchronising calls cost per step, at least: without them the host would queue
-        work ahead and the step would take max(host work, GPU busy) instead of their serial
-        sum, so the saving is ``step - max(host work, GPU busy)`` over the step (with the blocked
-        time measured per step; a lower bound on older recordings, see :func:`host_active_ms`).
-        ``None`` without a GPU timeline."""
-        host = host_active_ms(self.stats, self.window)
+        """What synchronising calls cost per step: the host's time blocked in them (``W``),
+        capped by the GPU's idle time. Without them the host queues the next step's work while
+        the GPU runs and the step takes ``max(step - W, GPU busy)`` instead of ``step``: the
+        saving is ``min(W, step - GPU busy)``. ``W`` is measured per step by the probes; on
+        recordings from before they did, the profiler window's blocked time stands in for it,
+        an under-estimate (see :func:`host_active_ms`). ``None`` without a GPU timeline."""
         busy = self.breakdown.gpu_busy_ms
         step = self.breakdown.step_ms
-        if host is None or busy is None or step <= 0:
+        if busy is None or step <= 0:
             return None
-        return max(0.0, step - max(host, busy)) / step
+        if self.stats.mean_sync_ms is not None:
+            blocked = self.stats.mean_sync_ms
+        elif self.window is not None and self.window_steps:
+            blocked = self.window.sync_ms / self.window_steps
+        else:
+            return None
+        return max(0.0, min(blocked, step - busy)) / step
+
+    def host_ops_line(self, n: int = 3) -> str | None:
+        """Where the host's time went in the window: its top CPU ops by self time, per step
+        (what to make cheaper when the host is the bottleneck); ``None`` without a window."""
+        if self.window is None or not self.window.top_ops:
+            return None
+        ops = [o for o in self.window.top_ops if o.name not in NOT_HOST_WORK][:n]
+        if not ops:
+            return None
+        parts = [f"{o.name} {self.per_step(o.total_us / 1000.0):.2f} ms" for o in ops]
+        return "host time per step went mostly to (profiler window, CPU self time): " + ", ".join(parts)
 
     def per_step(self, window_ms: float) -> float:
         """A window total as milliseconds per step."""
@@ -113,11 +135,6 @@ class RunFacts:
     on_gpu: bool
     configs: dict[int, RankConfig]
     ran_out_of_memory: bool = False  # an OOM snapshot was written, or the allocator counted one
-
-    @property
-    def lead(self) -> RankFacts | None:
-        """The rank the single-rank rules look at: rank 0, else the first one with steps."""
-        return self.ranks[0] if self.ranks else None
 
 
 def _nvml_util(gpus: list[GpuUtilSummary], config: RankConfig | None) -> float | None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
+from gpudoctor.analysis.knob_map import PREFETCH_FACTOR, WORKERS_FIRST_STEP, loader_plan
 from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.analysis.transfer_rules import per_sample_copies
 from gpudoctor.records.finding import Finding
-from gpudoctor.records.run import LoaderConfig
+from gpudoctor.records.run import LoaderConfig, RankConfig
 
 CODE_DATALOADER = "GD-RUN-DATALOADER"
 
@@ -18,32 +19,43 @@ def describe_loader(loader: LoaderConfig) -> str:
             f"prefetch_factor={loader.prefetch_factor}, batch_size={loader.batch_size}")
 
 
-def _loader_fix(loader: LoaderConfig | None, on_gpu: bool) -> str:
+def _loader_fix(loader: LoaderConfig | None, config: RankConfig | None, on_gpu: bool) -> str:
+    """The fix as code. Its values come from :func:`~gpudoctor.analysis.knob_map.loader_plan`,
+    the same plan ``--try``/``doctor`` inject (``LoaderPlan.knobs``): what is printed is what is tried."""
+    plan = loader_plan(loader, config, on_gpu)
     batch = loader.batch_size if loader and loader.batch_size else "B"
-    workers = loader.num_workers if loader else 0
-    if workers >= 8:
-        # more processes will not help much more: make each sample cheaper instead
-        return (
-            f"# {workers} workers already; make each batch cheaper to produce:\n"
-            "#  - augment on the GPU, per batch, after the copy (not per sample on the CPU)\n"
-            "#  - keep decoded data in memory or in a faster format (no per-sample decode)\n"
-            f"loader = DataLoader(dataset, batch_size={batch}, shuffle=True,\n"
-            f"                    num_workers={min(workers * 2, 32)}, prefetch_factor=4,\n"
-            "                    pin_memory=True, persistent_workers=True)"
-        )
-    lines = [
-        f"loader = DataLoader(dataset, batch_size={batch}, shuffle=True,",
-        f"                    num_workers=8,             # was {workers}: load in parallel processes",
-    ]
+    ranks = plan.local_world_size or 1
+    cores = (f"{plan.cores} cores per rank ({plan.usable_cpus} CPUs / {ranks} "
+             f"rank{'s' if ranks > 1 else ''} on this node)") if plan.cores is not None else ""
+    lines: list[str] = []
+    if plan.workers is None and plan.cores is not None:
+        # the cores are used already: more processes will not help; make each sample cheaper
+        lines += [
+            f"# {plan.current_workers} workers already use the {cores}; make each batch cheaper:",
+            "#  - augment on the GPU, per batch, after the copy (not per sample on the CPU)",
+            "#  - keep decoded data in memory or in a faster format (no per-sample decode)",
+        ]
+    lines.append(f"loader = DataLoader(dataset, batch_size={batch}, shuffle=True,")
+    if plan.workers is not None:
+        lines.append(f"{'':20}num_workers={plan.workers},{'':<{14 - len(str(plan.workers))}}"
+                     f"# was {plan.current_workers}: load in parallel processes")
+    elif plan.cores is None:
+        lines.append(f"{'':20}num_workers=N,             # was {plan.current_workers}; N = CPU cores per rank - 1")
+    else:
+        lines.append(f"{'':20}num_workers={plan.current_workers},")
     if on_gpu:
-        lines.append("                    pin_memory=True,           # page-locked: async, faster copies")
-    lines += [
-        "                    persistent_workers=True,   # keep workers alive between epochs",
-        "                    prefetch_factor=4)         # batches each worker prepares ahead",
+        lines.append(f"{'':20}pin_memory=True,           # page-locked: async, faster copies")
+    lines += [  # every plan has workers (a loader with none gets some)
+        f"{'':20}persistent_workers=True,   # keep workers alive between epochs",
+        f"{'':20}prefetch_factor={PREFETCH_FACTOR})         # batches each worker prepares ahead",
     ]
     if on_gpu:
         lines.append("x = x.to(device, non_blocking=True)   # overlaps the copy with compute")
-    lines.append("# choose num_workers <= CPU cores per GPU (os.cpu_count() // gpus)")
+    if plan.workers is not None:
+        lines.append(f"# num_workers={plan.workers}: {cores} - 1, "
+                     f"at most {max(WORKERS_FIRST_STEP, 2 * plan.current_workers)}")
+    elif plan.cores is None:
+        lines.append("# choose num_workers <= CPU cores per rank - 1 (len(os.sched_getaffinity(0)) // ranks per node)")
     return "\n".join(lines)
 
 
@@ -90,7 +102,7 @@ def _data_loader(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding
         thresholds=th,
         title=f"Data-loader bound: {pct(share)} of each step waits for the next batch",
         evidence=evidence,
-        fix=_loader_fix(loader, facts.on_gpu),
+        fix=_loader_fix(loader, rf.config, facts.on_gpu),
     )
 
 

@@ -9,17 +9,18 @@ from typing import TypeVar
 
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
+from gpudoctor.records.units import MISSING
 
 R = TypeVar("R")
 
 
 def pct(share: float | None) -> str:
     """A share as a percentage with one decimal, or ``n/a``."""
-    return "n/a" if share is None else f"{100.0 * share:.1f}%"
+    return MISSING if share is None else f"{100.0 * share:.1f}%"
 
 
 def ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f} ms"
+    return MISSING if value is None else f"{value:.2f} ms"
 
 
 def performance_finding(

@@ -100,7 +100,9 @@ class Tail:
 def _tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs: float,
           thresholds: Thresholds) -> Tail:
     times = [s.step_ms for s in used]
-    slow = [s for s in used if step_ms > 0 and s.step_ms > thresholds.tail_slow_factor * step_ms]
+    # a step that compiled is slow for a known reason (GD-RUN-RECOMPILE), not a stall
+    slow = [s for s in used if step_ms > 0 and s.step_ms > thresholds.tail_slow_factor * step_ms
+            and not s.compiles]
     excess = sum(s.step_ms - step_ms for s in slow)
     total = sum(times)
     gaps = [b.step - a.step for a, b in zip(slow, slow[1:])]
@@ -144,6 +146,8 @@ class RankStepStats:
             (the breakdown of the mean step uses them).
         mean_sync_ms: the mean host time blocked in synchronising calls (``None`` in older
             recordings).
+        recompile_steps, recompiles, recompile_ms: steady steps in which ``torch.compile``
+            compiled frames, how many frames, and those steps' time beyond the median step.
         tail: the slow steps the median hides.
     """
 
@@ -177,6 +181,9 @@ class RankStepStats:
     mean_h2d_ms: float | None = None
     mean_sync_ms: float | None = None
     tail: Tail | None = None
+    recompile_steps: tuple[int, ...] = ()
+    recompiles: int = 0
+    recompile_ms: float = 0.0
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -285,6 +292,9 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
         mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
         tail=_tail(used, step_ms, wait_ms, syncs, thresholds),
+        recompile_steps=tuple(s.step for s in used if s.compiles),
+        recompiles=sum(s.compiles or 0 for s in used),
+        recompile_ms=sum(max(0.0, s.step_ms - step_ms) for s in used if s.compiles),
     )
 
 

@@ -66,6 +66,8 @@ def _host_sync(rf: RankFacts, th: Thresholds) -> list[Finding]:
     if rf.window is not None and rf.window.sync_calls:
         evidence.append(f"profiler window: {rf.window.sync_calls} synchronising calls, "
                         f"{rf.window.sync_ms:.1f} ms blocked, over {rf.window_steps} steps")
+    if rf.host_ops_line():
+        evidence.append(rf.host_ops_line())
     if cost is not None:
         evidence.append(f"without them the host would queue the next step while the GPU works: "
                         f"at least {pct(cost)} of the step saved (host work ~{ms(host_active_ms(rf.stats, rf.window))}, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-MIB = 1024 * 1024
+from gpudoctor.records.units import MIB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudoctor.analysis.steps import least_squares
+from gpudoctor.analysis.steps import LineFit, RankStepStats
 from gpudoctor.records.gpu import GpuSample
 from gpudoctor.records.step import StepRecord
-
-GIB = float(1 << 30)
+from gpudoctor.records.units import GIB
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,7 @@ def _step_breakdown(rank: int, steps: list[StepRecord]) -> StepBreakdown:
 
 @dataclass(frozen=True)
 class MemorySeries:
-    """Allocator memory per step (GiB) and the least-squares trend of ``allocated``."""
+    """Allocator memory per step (GiB) and the leak rule's trend of ``allocated`` (GiB per step)."""
 
     rank: int
     step: list[int] = field(default_factory=list)
@@ -148,8 +147,12 @@ class MemorySeries:
     intercept_gib: float | None = None
 
 
-def memory_series(rank: int, steps: list[StepRecord], *, warmup_steps: int = 3) -> MemorySeries:
-    """Allocated / reserved / peak per step, and the trend of allocated after warm-up."""
+def memory_series(rank: int, steps: list[StepRecord], trend: LineFit | None = None) -> MemorySeries:
+    """Allocated / reserved / peak per step, and ``trend`` in GiB.
+
+    ``trend`` is the leak rule's own fit, :attr:`RankStepStats.leak` (allocated bytes against the
+    step over the steady steps): the chart draws the line the rule judged, not a second fit.
+    """
     out = MemorySeries(rank=rank)
     for rec in sorted(steps, key=lambda r: r.step):
         if rec.mem is None:
@@ -158,9 +161,7 @@ def memory_series(rank: int, steps: list[StepRecord], *, warmup_steps: int = 3) 
         out.allocated_gib.append(rec.mem.allocated_bytes / GIB)
         out.reserved_gib.append(rec.mem.reserved_bytes / GIB)
         out.peak_gib.append(rec.mem.peak_allocated_bytes / GIB)
-    pairs = [(s, a) for s, a in zip(out.step, out.allocated_gib) if s >= warmup_steps]
-    fit = least_squares([float(s) for s, _ in pairs], [a for _, a in pairs])
-    if fit is None:
+    if trend is None:
         return out
     return MemorySeries(
         rank=rank,
@@ -168,15 +169,12 @@ def memory_series(rank: int, steps: list[StepRecord], *, warmup_steps: int = 3) 
         allocated_gib=out.allocated_gib,
         reserved_gib=out.reserved_gib,
         peak_gib=out.peak_gib,
-        slope_gib_per_step=fit.slope,
-        intercept_gib=fit.intercept,
+        slope_gib_per_step=trend.slope / GIB,
+        intercept_gib=trend.intercept / GIB,
     )
 
 
-def slowest_rank(step_ms: dict[int, list[float]]) -> int:
-    """The rank with the largest median step time (ties: the lowest rank)."""
-    def median(values: list[float]) -> float:
-        ordered = sorted(values)
-        return ordered[len(ordered) // 2] if ordered else 0.0
-
-    return max(sorted(step_ms), key=lambda r: median(step_ms[r]))
+def slowest_rank(stats: dict[int, RankStepStats]) -> int:
+    """The rank with the largest steady median step (:attr:`RankStepStats.step_ms`; ties: the
+    lowest rank)."""
+    return max(sorted(stats), key=lambda r: stats[r].step_ms)

@@ -111,7 +111,7 @@ def _pageable(rf: RankFacts, th: Thresholds) -> list[Finding]:
             title=f"Pageable host-to-device copies block {pct(share)} of each step",
             evidence=evidence,
             fix=(
-                "loader = DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True)\n"
+                "loader = DataLoader(ds, batch_size=B, pin_memory=True)   # pinned batches\n"
                 "# a tensor you slice yourself: pin it once, outside the loop\n"
                 "data = data.pin_memory()\n"
                 "x = x.to(device, non_blocking=True)   # async copy from pinned memory"

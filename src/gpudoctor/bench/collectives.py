@@ -30,8 +30,9 @@ from gpudoctor.core.process_group import run_process_group
 from gpudoctor.records.base import read_json, write_json
 from gpudoctor.records.bench import KIND_BENCH, BenchReport, BenchResult, BenchSkip, LinkState
 
+from gpudoctor.records.units import MIB as MiB
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
-MiB = 1 << 20
 GPU_SIZES = tuple(MiB << k for k in range(12))  # 1 MiB .. 2 GiB, x2
 GPU_QUICK_SIZES = tuple(MiB << k for k in range(0, 11, 2))  # 1 MiB .. 1 GiB, x4
 CPU_SIZES = (MiB, 4 * MiB, 16 * MiB)

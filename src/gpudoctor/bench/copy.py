@@ -15,7 +15,9 @@ from gpudoctor.bench.protocol import Protocol, median_ms, throughput, time_gpu, 
 from gpudoctor.core.specs import match_spec
 from gpudoctor.records.bench import BenchResult, LinkState
 
-MiB = 1 << 20
+from gpudoctor.records.units import GIB, KIB
+from gpudoctor.records.units import MIB as MiB
+
 GPU_HOST_SIZE = 256 * MiB
 GPU_D2D_SIZE = 1024 * MiB  # one 1 GiB copy is ~0.5 ms at H200 speed: large enough to saturate HBM
 CPU_SIZE = 64 * MiB  # well past the last-level cache, so it measures DRAM
@@ -27,7 +29,7 @@ LOAD_COPIES = 20  # extra pinned copies queued behind the timed ones while the P
 
 def size_label(nbytes: int) -> str:
     """``268435456`` -> ``"256 MiB"``; exact binary units when they fit, else bytes."""
-    for unit, factor in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", 1 << 10)):
+    for unit, factor in (("GiB", GIB), ("MiB", MiB), ("KiB", KIB)):
         if nbytes >= factor and nbytes % factor == 0:
             return f"{nbytes // factor} {unit}"
     return f"{nbytes} B"

@@ -1,12 +1,16 @@
 """``gpudoctor diagnose RUNDIR``: re-analyse a recorded run (analysis is pure and re-runnable).
 
-Also home of the small composition both ``run`` and ``diagnose`` use: load a run directory,
-diagnose it, write ``findings.json``, render the summary and the findings.
+Also home of the small composition ``run``, ``diagnose``, ``doctor`` and ``report`` use: load a
+run directory, diagnose it, write ``findings.json`` stamped with :func:`analysis_version`, hand a
+view the current findings (:func:`current_findings`: the stored ones only when today's analysis
+made them), render the summary and the findings.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
+import hashlib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +19,8 @@ import typer
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
-DIAGNOSE_MODULE = "gpudoctor.analysis.diagnose"
-FINDINGS_VIEW_MODULE = "gpudoctor.report.findings_view"
+# what the findings of a run depend on besides its records: the rules and the data they read
+_ANALYSIS_SOURCES = (("gpudoctor.analysis", ".py"), ("gpudoctor.data", ".toml"))
 
 
 def load(run_dir: Path) -> Any:
@@ -34,45 +38,58 @@ def load(run_dir: Path) -> Any:
         raise GpuDoctorUserError(f"{exc}; the run directory is damaged — record it again with gpudoctor run") from None
 
 
-def _available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
+@functools.cache
+def analysis_version() -> str:
+    """``<gpudoctor version>+<12 hex>``: a digest of the analysis package's source and of the data
+    it reads, so any change to a rule, a threshold or a datasheet figure gives a new version."""
+    from gpudoctor import __version__
+
+    digest = hashlib.sha256()
+    for package, suffix in _ANALYSIS_SOURCES:
+        for entry in sorted(resources.files(package).iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(suffix) and entry.is_file():
+                digest.update(entry.name.encode() + b"\0" + entry.read_bytes() + b"\0")
+    return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
-def analyse(run: Any) -> list | None:
-    """Diagnose ``run`` and write ``findings.json``; ``None`` when this build has no analysis."""
-    if not _available(DIAGNOSE_MODULE):
-        return None
+def analyse(run: Any) -> list:
+    """Diagnose ``run`` and write ``findings.json`` stamped with :func:`analysis_version`."""
     from gpudoctor.analysis.diagnose import diagnose
     from gpudoctor.records.base import write_json
     from gpudoctor.records.rundir import FINDINGS, KIND_FINDINGS, FindingList
 
     findings = list(diagnose(run))
+    stored = FindingList(findings=tuple(findings), analysis_version=analysis_version())
     try:
-        write_json(run.path / FINDINGS, FindingList(findings=tuple(findings)), kind=KIND_FINDINGS)
+        write_json(run.path / FINDINGS, stored, kind=KIND_FINDINGS)
     except OSError as exc:  # a read-only copy of a run: the diagnosis is still printed
         from gpudoctor.cli.output import stderr_console
 
         stderr_console().print(f"note: findings.json not written ({exc})", highlight=False, markup=False)
-    run.findings = tuple(findings)
+    run.findings, run.findings_version = tuple(findings), stored.analysis_version
     return findings
 
 
+def current_findings(run: Any) -> list:
+    """The findings a view should show: the stored ones when today's analysis made them, else
+    freshly computed (and ``findings.json`` rewritten), so ``report`` and ``diagnose`` agree."""
+    if run.findings is not None and run.findings_version == analysis_version():
+        return list(run.findings)
+    return analyse(run)
+
+
 def render(run: Any, findings: list | None, console: Any, *, top: int = 5) -> None:
-    """Print the run summary, then the findings (or why there are none); ``top``: how many of
-    the profiler window's kernels and CPU ops to list."""
+    """Print the run summary, then the findings (``None``: a run without steps or stacks, which
+    has none); ``top``: how many of the profiler window's kernels and CPU ops to list."""
     from gpudoctor.report.run_summary import render_summary
 
-    view = findings is not None and run.steps and _available(FINDINGS_VIEW_MODULE)
+    view = findings is not None and bool(run.steps)
     summary = render_summary(run, full=not view)
     if summary.renderables:
         console.print(summary)
     if findings is None:
-        if run.steps:
-            console.print("diagnosis: not available in this build of gpudoctor (the records are kept)")
-    elif view:
+        return
+    if view:
         from gpudoctor.report.findings_view import render_findings
 
         console.print(render_findings(run, findings, top=top))

@@ -7,7 +7,6 @@ check → run (the user's command, or an embedded example workload) → diagnose
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from gpudoctor.errors import GpuDoctorUserError
 _CONTEXT = {"allow_extra_args": True, "allow_interspersed_args": False}
 EMBEDDED = "basic_user"  # the seeds' "basic user" loop: data-loader bound on any machine
 SIZES = ("auto", "tiny", "small", "medium")
+DOCTOR_MAX_RUNS = 3  # runs of each setting at most when proving the top fix (run --try: --repeats)
 
 
 def _gpu_usable(facts: Any) -> bool:
@@ -37,24 +37,55 @@ def _embedded_command(size: str, gpu: bool) -> tuple[str, ...]:
     return tuple(workload.argv(size=chosen, python=sys.executable))
 
 
-def _run(command: tuple[str, ...], run_dir: Path, steps: int, knobs: str | None, say) -> Any:
+def _run(spec: Any, say) -> Any:
     from gpudoctor.cli import diagnose as diag
-    from gpudoctor.collectors.knobs import parse_knobs
-    from gpudoctor.collectors.launch import RunSpec, run_instrumented
+    from gpudoctor.collectors.launch import run_instrumented
 
-    spec = RunSpec(command=command, run_dir=run_dir, steps=steps, echo_child=False,
-                   knobs=parse_knobs(knobs) if knobs else ())
     outcome = run_instrumented(spec, say=say)
     run = diag.load(outcome.run_dir)
     findings = diag.analyse(run) if run.steps else []
     return outcome, run, findings or []
 
 
+def _prove(command: tuple[str, ...], base: Path, steps: int, steps_given: bool, knobs: str, first: Any,
+           err: Any, say, title: str) -> Any:
+    """The top fix, measured as ``run --try`` measures it: interleaved baseline and knobbed runs
+    until the difference is above the run-to-run noise (the diagnosed run is the first baseline).
+    Returns the runs (``TryRuns``: ``.comparison``, ``.exit_code``)."""
+    from gpudoctor.cli.try_runs import measure, steps_for
+    from gpudoctor.collectors.knobs import parse_knobs
+
+    parsed = parse_knobs(knobs)
+    run_steps, why = steps_for(parsed, steps if steps_given else None, steps)
+    if why:
+        say(f"gpudoctor: {why}")
+
+    def run_one(spec: Any) -> tuple[Any, Any]:
+        outcome, data, _ = _run(spec, say)
+        return outcome, data
+
+    def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
+        from gpudoctor.collectors.launch import RunSpec
+
+        return RunSpec(command=command, run_dir=run_dir, steps=run_steps, echo_child=False, knobs=knobs,
+                       **({"profile": False, "sample_gpu": False} if repeat else {}))
+
+    with err.status(title) as status:
+        def progress(arm: str, n: int) -> None:
+            status.update(f"{title}: {arm} run {n}…")
+
+        reuse = run_steps == steps  # the diagnosed run is the first baseline unless steps differ
+        result = measure(make_spec, base if reuse else base / "proof", parsed, max_runs=DOCTOR_MAX_RUNS,
+                         run=run_one, on_run=progress, first=first if reuse else None)
+    return result
+
+
 def register(app: typer.Typer) -> None:
     @app.command(context_settings=_CONTEXT, options_metavar="[OPTIONS] [[--] COMMAND [ARGS]...]")
     def doctor(
         ctx: typer.Context,
-        steps: int = typer.Option(60, "--steps", help="Optimizer steps to measure per run."),
+        steps: int = typer.Option(None, "--steps", help="Optimizer steps to measure per run (default 60; "
+                                  "100 when the fix to prove is compile)."),
         out: Path = typer.Option(None, "--out", help="Where the run directories and report go: a new "
                                  "directory (default gpudoctor-runs/<time>-doctor-<name>)."),
         force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
@@ -95,6 +126,8 @@ def register(app: typer.Typer) -> None:
         from gpudoctor.report.check_view import check_table, verdict_line
         from gpudoctor.report.html import write_report
 
+        steps_given = steps is not None
+        steps = steps if steps is not None else 60
         if steps < 5:
             raise GpuDoctorUserError(f"--steps {steps}: use at least 5 so warm-up can be left out")
         if size not in SIZES:
@@ -125,27 +158,28 @@ def register(app: typer.Typer) -> None:
         where = "the GPU" if gpu else "the CPU (no usable GPU: see the check above)"
         with err.status(f"[2/5] running {' '.join(command)} for {steps} steps on {where} "
                         f"(its output goes to {base / 'baseline' / 'stdout.log'})…"):
-            outcome, run, findings = _run(command, base / "baseline", steps, None, say)
+            from gpudoctor.collectors.launch import RunSpec
+
+            spec = RunSpec(command=command, run_dir=base / "baseline", steps=steps, echo_child=False)
+            outcome, run, findings = _run(spec, say)
         if outcome.exit_code == EXIT_INTERRUPTED:
             say(f"interrupted; what was recorded is in {run.path}")
             raise typer.Exit(EXIT_INTERRUPTED)
         write_json(run.path / ENV, check, kind=KIND_ENV)
         run.env = check
 
-        comparison = tried = None
-        pick = first_testable(findings, cpu_count=os.cpu_count() or 1,
-                              world_size=run.manifest.world_size or 1) if try_fix else None
+        comparison = None
+        # the knobs come from the run's own records (its cores per rank, its loader), as the fix text
+        config = run.configs[min(run.configs)] if run.configs else None
+        pick = first_testable(findings, config) if try_fix else None
         if pick is not None and outcome.exit_code == 0:
             finding, knobs = pick
-            with err.status(f"[3/5] diagnosed: {finding.title}. [4/5] proving the fix: re-running "
-                            f"with --try {knobs}…"):
-                tried_outcome, tried, _ = _run(command, base / "try", steps, knobs, say)
-            if tried_outcome.exit_code == EXIT_INTERRUPTED:
-                say(f"interrupted while proving the fix; the baseline is in {run.path}")
+            proof = _prove(command, base, steps, steps_given, knobs, (outcome, run), err, say,
+                           f"[3/5] diagnosed: {finding.title}. [4/5] proving the fix with --try {knobs}")
+            if proof.exit_code == EXIT_INTERRUPTED:
+                say(f"interrupted while proving the fix; the runs so far are in {base}")
                 raise typer.Exit(EXIT_INTERRUPTED)
-            from gpudoctor.report.try_view import compare
-
-            comparison = compare(run, tried) if tried.steps else None
+            comparison = proof.comparison
         with err.status("[5/5] writing the HTML report…"):
             report = write_report(run, findings, verified=comparison)
         seconds = time.perf_counter() - start

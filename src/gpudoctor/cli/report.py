@@ -20,14 +20,16 @@ def register(app: typer.Typer) -> None:
 
         The verdict and findings as cards (evidence, fix, expected gain), GPU utilization, memory
         and power over time, the step-time breakdown and allocator memory per step and rank, the
-        environment check and the run's configuration. Findings are re-analysed when the run
-        directory has none. Needs no torch.
+        environment check and the run's configuration. Findings are re-analysed (and
+        findings.json rewritten) when the run directory has none or today's analysis did not make
+        them, so the report shows what `gpudoctor diagnose` prints. Needs no torch.
 
         \b
         Examples:
           gpudoctor report gpudoctor-runs/20261201-101500-train
           gpudoctor report RUN_DIR -o report.html
         """
+        from gpudoctor.cli.diagnose import current_findings
         from gpudoctor.cli.output import emit_json, fail, stdout_console
         from gpudoctor.records.base import SchemaError
         from gpudoctor.records.rundir import load_run
@@ -37,11 +39,7 @@ def register(app: typer.Typer) -> None:
             run = load_run(rundir)
         except (FileNotFoundError, SchemaError) as exc:
             fail(str(exc))
-        findings = run.findings
-        if findings is None:
-            from gpudoctor.analysis.diagnose import diagnose
-
-            findings = tuple(diagnose(run))
+        findings = current_findings(run)
         if output is not None and output.is_dir():
             output = output / "report.html"
         path = write_report(run, findings, output)

@@ -109,8 +109,13 @@ def register(app: typer.Typer) -> None:
         ),
         force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_knobs: str = typer.Option(
-            None, "--try", help="Re-run with knobs, e.g. num_workers=8,pin_memory; prints before/after."
+            None, "--try", help="Re-run with knobs injected (num_workers=N, pin_memory, persistent_workers, "
+            "prefetch_factor=N, non_blocking, tf32, cudnn_benchmark, expandable_segments, bf16, fp16, "
+            "channels_last, compile), e.g. --try bf16,channels_last; prints before/after with the noise."
         ),
+        repeats: int = typer.Option(
+            4, "--repeats", help="With --try: at most N runs of each setting, interleaved, until the "
+            "difference is above the run-to-run noise (at least 2 of each)."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON."),
         no_profile: bool = typer.Option(False, "--no-profile", help="Skip the short profiler window."),
         window: str = typer.Option(
@@ -161,6 +166,8 @@ def register(app: typer.Typer) -> None:
             raise GpuDoctorUserError("--window and --no-profile contradict each other; give one of them")
         resolve_command(command)
         knobs = parse_knobs(try_knobs) if try_knobs is not None else ()
+        if repeats < 2:
+            raise GpuDoctorUserError(f"--repeats {repeats}: use at least 2 (one run of each has no spread)")
         base = out if out is not None else default_run_dir(command)
         options = {
             "steps": None if full else (steps if steps is not None else DEFAULT_STEPS),
@@ -186,35 +193,66 @@ def register(app: typer.Typer) -> None:
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
             raise typer.Exit(exit_code(severities(findings), fail_on=fail_on, passthrough=outcome.exit_code))
 
-        from gpudoctor.report.try_view import compare, render_try
+        _try(command, base, knobs, options, steps_given=steps, full=full, max_runs=repeats,
+             json_output=json_output, fail_on=fail_on)
 
-        before = _one(_spec(command, base / "baseline", **options), json_output)
-        if before[0].exit_code != 0 or not before[1].steps:
-            if json_output:
-                emit_json({"baseline": diag.payload(before[1], before[2]), "try": None,
-                           "comparison": None, "exit_code": before[0].exit_code or 1})
-            else:
-                diag.render(before[1], before[2], console)
-            from gpudoctor.cli.output import stderr_console
 
-            stderr_console().print(
-                f"gpudoctor: the baseline run did not train ({before[0].manifest.status}); "
-                "fix that before --try", highlight=False, markup=False)
-            raise typer.Exit(before[0].exit_code or 1)
-        after = _one(_spec(command, base / "try", knobs=knobs, **options), json_output)
-        comparison = compare(before[1], after[1])
+def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, steps_given: int | None,
+         full: bool, max_runs: int, json_output: bool, fail_on: FailOn = FailOn.WARN) -> None:
+    """``--try``: interleaved baseline and knobbed runs until the difference is above the noise."""
+    import dataclasses
+
+    from gpudoctor.cli import diagnose as diag
+    from gpudoctor.cli.output import emit_json, exit_code, stderr_console, stdout_console
+    from gpudoctor.cli.try_runs import measure, steps_for
+    from gpudoctor.collectors.launch import DEFAULT_STEPS
+    from gpudoctor.report.try_view import render_try
+
+    console, err = stdout_console(), stderr_console()
+    say = (lambda message: err.print(f"gpudoctor: {message}", highlight=False, markup=False))
+    if not full:
+        options["steps"], why = steps_for(knobs, steps_given, DEFAULT_STEPS)
+        if why:
+            say(why)
+    findings: dict[str, Any] = {}
+
+    def run_one(spec: Any) -> tuple[Any, Any]:
+        outcome, data, found = _one(spec, json_output)
+        findings[str(spec.run_dir)] = found
+        return outcome, data
+
+    def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
+        extra = {"profile": False, "profile_window": None, "sample_gpu": False} if repeat else {}
+        return _spec(command, run_dir, **{**options, **extra}, knobs=knobs)
+
+    result = measure(make_spec, base, knobs, max_runs=max_runs, run=run_one,
+                     on_run=lambda arm, n: say(f"--try: {arm} run {n} (at most {max_runs} of each)"))
+    (b_out, b_run), *_ = result.baseline
+    if b_out.exit_code != 0 or not b_run.steps or not result.tried:
         if json_output:
-            emit_json(
-                {
-                    "baseline": diag.payload(before[1], before[2]),
-                    "try": diag.payload(after[1], after[2]),
-                    "comparison": comparison,
-                    "exit_code": after[0].exit_code,
-                }
-            )
+            emit_json({"baseline": diag.payload(b_run, findings[str(b_run.path)]), "try": None,
+                       "comparison": None, "exit_code": b_out.exit_code or 1})
         else:
-            diag.render(before[1], before[2], console)
+            diag.render(b_run, findings[str(b_run.path)], console)
+        say(f"the baseline run did not train ({b_out.manifest.status}); fix that before --try")
+        raise typer.Exit(b_out.exit_code or 1)
+    t_out, t_run = result.tried[0]
+    comparison = result.comparison
+    if json_output:
+        emit_json({
+            "baseline": diag.payload(b_run, findings[str(b_run.path)]),
+            "try": diag.payload(t_run, findings[str(t_run.path)]),
+            "comparison": dataclasses.asdict(comparison) if comparison is not None else None,
+            "exit_code": result.exit_code,
+        })
+    else:
+        diag.render(b_run, findings[str(b_run.path)], console)
+        if comparison is not None:
             console.print(render_try(comparison))
-            console.print(f"run directories: {before[0].run_dir} (baseline), {after[0].run_dir} (--try)",
-                          highlight=False, markup=False)
-        raise typer.Exit(exit_code(severities(after[2]), fail_on=fail_on, passthrough=after[0].exit_code))
+        for outcome, data in result.baseline + result.tried:
+            if outcome.exit_code != 0:
+                say(f"the run in {data.path} ended {outcome.manifest.status}; see its stdout.log")
+        dirs = ", ".join(f"{path} ({arm})" for arm, path in (comparison.run_dirs if comparison else ()))
+        console.print(f"run directories: {dirs or base}", highlight=False, markup=False)
+    raise typer.Exit(exit_code(severities(findings[str(t_run.path)]), fail_on=fail_on,
+                               passthrough=result.exit_code))

@@ -1,9 +1,9 @@
 """``gpudoctor tune [batch|loader|precision|scaler|ddp|all]``: measured auto-tuning.
 
 Parses, calls :func:`gpudoctor.tune.session.tune` (an engine target) or
-:func:`gpudoctor.tune.script.tune_script` (a plain script), renders. Progress goes to stderr, one
-line per finished trial; Ctrl-C stops the trials, and what finished is still printed and written
-(exit 130).
+:func:`gpudoctor.tune.script.tune_script` (a plain script), renders. Progress goes to stderr: the
+budget plan, each stage's start and end, one line per finished setting; Ctrl-C stops the trials,
+what finished is still printed, nothing is written (the confirmation did not run; exit 130).
 """
 
 from __future__ import annotations
@@ -30,8 +30,16 @@ def register(app: typer.Typer) -> None:
         json_output: bool = typer.Option(False, "--json", help="Print every trial and the result as JSON."),
         max_batch: int = typer.Option(None, "--max-batch", help="Never try a per-device batch above this."),
         margin: float = typer.Option(0.05, "--margin", help="Safety margin below the largest batch that fit."),
-        budget_s: float = typer.Option(None, "--budget-s", help="Start no new trial after this many seconds."),
-        steps: int = typer.Option(8, "--steps", help="Measured steps per trial (after the warm-up)."),
+        budget_s: float = typer.Option(
+            420.0, "--budget-s", help="Time budget of the whole session, planned per stage from the measured step "
+            "time (0: no limit)."
+        ),
+        steps: int = typer.Option(10, "--steps", help="The fewest measured steps per trial (after the warm-up; more "
+                                  "when a step is short)."),
+        repeats: int = typer.Option(2, "--repeats", help="Runs of each setting, interleaved (the spread is shown)."),
+        window_s: float = typer.Option(
+            None, "--window-s", help="The least time a trial's measured steps last (default 1 s; 3 s for --script)."
+        ),
         isolation: str = typer.Option(
             "auto", "--isolation", help="auto, inline or process (every trial in a fresh process)."
         ),
@@ -62,27 +70,37 @@ def register(app: typer.Typer) -> None:
         # A live spinner on a terminal (the knob and the trials done so far); every finished trial
         # also gets a line, so a log file keeps the whole story.
         live = err.status("starting ...") if main_rank and err.is_terminal else contextlib.nullcontext()
-        done = {"trials": 0, "knob": ""}
+        done = {"runs": 0, "knob": "plan"}
 
-        def on_trial(trial) -> None:
-            done["trials"] += 1
+        def spin() -> None:
+            if hasattr(live, "update"):
+                live.update(f"tuning {done['knob']}: {done['runs']} trial{'s' if done['runs'] != 1 else ''} done")
+
+        def on_run() -> None:  # every run, repeats included
+            done["runs"] += 1
+            if main_rank:
+                spin()
+
+        def on_trial(trial) -> None:  # one line per setting (its runs together)
             if main_rank:
                 err.print(trial_line(trial), highlight=False, markup=False, style="dim")
-                if hasattr(live, "update"):
-                    live.update(f"tuning {done['knob']}: {done['trials']} trials done")
 
         def on_knob(name: str) -> None:
             done["knob"] = name
             if main_rank:
-                err.print(f"tuning {name} ...", style="bold", highlight=False)
-                if hasattr(live, "update"):
-                    live.update(f"tuning {name}: {done['trials']} trials done")
+                spin()
+
+        def on_say(message: str) -> None:
+            if main_rank:
+                err.print(message, highlight=False, markup=False, style="bold" if message.startswith("tuning") else None)
 
         try:
             with live:
                 result = _run(knob, target, script, out, options_kwargs=dict(
-                    max_batch=max_batch, margin=margin, budget_s=budget_s, steps=steps, isolation=isolation,
-                    compile=not no_compile, batch_pick=pick_batch), on_trial=on_trial, on_knob=on_knob)
+                    max_batch=max_batch, margin=margin, budget_s=budget_s or None, steps=steps, isolation=isolation,
+                    compile=not no_compile, batch_pick=pick_batch, repeats=repeats,
+                    **({} if window_s is None else {"window_s": window_s})),
+                    callbacks=dict(on_trial=on_trial, on_knob=on_knob, on_say=on_say, on_run=on_run))
         except KeyboardInterrupt:
             err.print("interrupted before any trial finished", style="yellow")
             raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -97,8 +115,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def _run(knob: str, target: str | None, script: str | None, out: str, *, options_kwargs: dict, on_trial,
-         on_knob):
+def _run(knob: str, target: str | None, script: str | None, out: str, *, options_kwargs: dict, callbacks: dict):
     """Call the library: a plain script through ``run --try`` knobs, or an engine target."""
     import shlex
 
@@ -110,11 +127,14 @@ def _run(knob: str, target: str | None, script: str | None, out: str, *, options
         command = tuple(shlex.split(script))
         if not command:
             raise GpuDoctorUserError("--script is empty; e.g. --script 'python train.py'")
-        return tune_script([knob], command, steps=options_kwargs["steps"], on_trial=on_trial)
+        return tune_script([knob], command, budget_s=options_kwargs["budget_s"], repeats=options_kwargs["repeats"],
+                           min_steps=options_kwargs["steps"], compile_trial=options_kwargs["compile"],
+                           **({"window_s": options_kwargs["window_s"]} if "window_s" in options_kwargs else {}),
+                           **callbacks)
     from gpudoctor.tune.session import TuneOptions, tune
 
     try:
         options = TuneOptions(**options_kwargs)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
-    return tune([knob], target_ref=target, options=options, out=out, on_trial=on_trial, on_knob=on_knob)
+    return tune([knob], target_ref=target, options=options, out=out, **callbacks)

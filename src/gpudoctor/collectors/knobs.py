@@ -8,16 +8,41 @@ A knob spec is ``NAME`` or ``NAME=VALUE``, several joined by commas:
 ``pin_memory``              ``pin_memory=True``
 ``persistent_workers``      ``persistent_workers=True`` (only where ``num_workers > 0``)
 ``prefetch_factor=N``       ``prefetch_factor=N`` (only where ``num_workers > 0``)
+``non_blocking``            ``Tensor.to(...)``/``.cuda()`` of a pinned host tensor without a
+                            ``non_blocking`` argument get ``non_blocking=True``
 ``tf32``                    ``torch.backends.cuda.matmul.allow_tf32 = cudnn.allow_tf32 = True``
 ``cudnn_benchmark``         ``torch.backends.cudnn.benchmark = True``
 ``expandable_segments``     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (merged with
                             any value already set)
+``bf16``                    ``torch.autocast(device, dtype=torch.bfloat16)`` from the first
+                            forward of the trained model in a step to ``backward()``: the
+                            forward and the loss run under autocast, backward and the
+                            optimizer step outside it; no GradScaler. On a CPU run the
+                            device is ``"cpu"`` (CPU autocast supports bf16)
+``fp16``                    the same with ``torch.float16``, plus a ``GradScaler`` in the
+                            right order: ``scale(loss)`` -> backward -> ``unscale_`` (before
+                            ``clip_grad_norm_``/``clip_grad_value_``, else inside ``step``)
+                            -> clip -> ``scaler.step`` -> ``scaler.update``
+``channels_last``           ``model.to(memory_format=torch.channels_last)`` on the trained
+                            model when it has 4-D (convolution) weights; the model's 4-D
+                            floating-point inputs are converted in its forward
+``compile``                 ``torch.compile`` of the trained model's ``forward`` (the first
+                            step runs eagerly; compilation happens in the warm-up steps)
 ==========================  ===================================================================
+
+"The trained model" is the outermost ``nn.Module`` called after an optimizer exists whose
+parameters include every parameter of that optimizer (under DDP the ``DistributedDataParallel``
+wrapper; ``channels_last`` and ``compile`` then act on its ``.module``). A script that already
+uses autocast or a GradScaler, or is already compiled, keeps its own; a knob that cannot apply
+(no convolution weights for ``channels_last``, ``tf32`` on a CPU run, ``non_blocking`` with no
+pinned copy) is not silent: each rank's ``config-rank{N}.json`` lists, in ``knob_notes``, what
+each knob did or why it did nothing, and the ``--try`` table prints those lines.
 
 The launcher validates the spec (:func:`parse_knobs`) and passes it on in ``GPUDOCTOR_KNOBS``;
 the probes apply it in the child (:func:`apply_from_env`). The DataLoader knobs act in
 ``DataLoader.__init__``, so they override what the script passed. The flag knobs are set when
-torch is imported; a script that sets the flag itself afterwards wins.
+torch is imported; a script that sets the flag itself afterwards wins. The model knobs live in
+:mod:`gpudoctor.collectors.instrument.inject`.
 """
 
 from __future__ import annotations
@@ -36,10 +61,21 @@ KNOBS: dict[str, tuple[bool, int]] = {
     "prefetch_factor": (True, 1),
     "pin_memory": (False, 0),
     "persistent_workers": (False, 0),
+    "non_blocking": (False, 0),
     "tf32": (False, 0),
     "cudnn_benchmark": (False, 0),
     "expandable_segments": (False, 0),
+    "bf16": (False, 0),
+    "fp16": (False, 0),
+    "channels_last": (False, 0),
+    "compile": (False, 0),
 }
+LOADER_KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
+MODEL_KNOBS = ("bf16", "fp16", "channels_last", "compile", "non_blocking")
+GPU_ONLY_KNOBS = ("tf32", "cudnn_benchmark", "expandable_segments", "pin_memory", "non_blocking")
+# Knobs whose first steps pay a one-off cost (compilation): a run that tries them needs more
+# steps so that the steady steps after warm-up are not dominated by it (see cli/run.py).
+SLOW_WARMUP_KNOBS = ("compile",)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -90,6 +126,8 @@ def parse_knobs(spec: str) -> tuple[Knob, ...]:
         knobs.append(knob)
     if not knobs:
         raise GpuDoctorUserError("--try needs at least one knob, e.g. --try num_workers=8,pin_memory")
+    if {"bf16", "fp16"} <= {k.name for k in knobs}:
+        raise GpuDoctorUserError("--try: bf16 and fp16 exclude each other; try one, then the other")
     return tuple(knobs)
 
 
@@ -117,9 +155,12 @@ def apply_from_env() -> tuple[Knob, ...]:
         torch.backends.cudnn.allow_tf32 = True
     if "cudnn_benchmark" in names:
         torch.backends.cudnn.benchmark = True
-    loader_knobs = {n: v for n, v in names.items() if n in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")}
+    loader_knobs = {n: v for n, v in names.items() if n in LOADER_KNOBS}
     if loader_knobs:
         _patch_loader_init(torch, loader_knobs)
+    from gpudoctor.collectors.instrument import inject
+
+    inject.install(tuple(names))
     return knobs
 
 

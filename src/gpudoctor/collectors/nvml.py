@@ -21,6 +21,10 @@ acts or a fault happens). When NVML or the driver is absent the sampler does not
 ``unavailable_reason``; a metric one device cannot give is ``None`` and its reason is kept in
 ``GpuSample.unavailable`` (the same dict object for every sample of that GPU until it changes).
 
+Reading one GPU (its cached handle, what it cannot give, each metric on its cadence) lives in
+:mod:`gpudoctor.collectors.nvml_device`; this module opens NVML, schedules the reads and keeps the
+samples.
+
 Test seam: ``GpuSampler(nvml=fake)`` takes any module-like object with pynvml's function names;
 the CLI calls :func:`default_nvml`, which tests replace with ``monkeypatch``.
 """
@@ -34,24 +38,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpudoctor.collectors.cadence import Deadlines, Every
-from gpudoctor.collectors.host import command_for_pid
-from gpudoctor.records.gpu import GpuProcess, GpuSample
-
-# nvmlClocksEventReason* bits (nvml.h); the older "throttle reasons" call uses the same bits.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-
-# errors after which asking again is pointless (the device or driver cannot give the metric)
-_PERMANENT = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
+from gpudoctor.collectors.nvml_device import CLOCK_EVENT_REASONS, Device, decode_clock_event_reasons
+from gpudoctor.records.gpu import GpuSample
 
 
 def default_nvml() -> Any:
@@ -59,43 +47,6 @@ def default_nvml() -> Any:
     import pynvml
 
     return pynvml
-
-
-def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
-    """Names of the bits set in an NVML clock-event (throttle) reason mask, lowest bit first."""
-    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    unknown = mask & ~sum(bit for bit, _ in CLOCK_EVENT_REASONS)
-    if unknown:
-        names.append(f"other_0x{unknown:x}")
-    return tuple(names)
-
-
-class _Device:
-    """Everything cached for one GPU: its handle, name, and what it cannot give."""
-
-    __slots__ = (
-        "index", "handle", "name", "unavailable", "transient", "ecc_on", "last_procs", "reasons",
-        "commands", "procs_every", "pcie_every", "slow_every", "pcie", "power_limit", "ecc_count",
-    )
-
-    def __init__(
-        self, index: int, handle: Any, name: str, *, procs: Every, pcie: Every, slow: Every
-    ) -> None:
-        self.index = index
-        self.handle = handle
-        self.name = name
-        self.unavailable: dict[str, str] | None = None  # replaced, never mutated, when it grows
-        self.transient: dict[str, str] = {}  # errors of this sample only (retried next time)
-        self.ecc_on: bool | None = None
-        self.last_procs: tuple[GpuProcess, ...] = ()
-        self.reasons: dict[int, tuple[str, ...]] = {}
-        # pid -> command line of the processes of the last list; a pid that leaves the list is
-        # dropped, so a reused pid is looked up again
-        self.commands: dict[int, str] = {}
-        self.procs_every, self.pcie_every, self.slow_every = procs, pcie, slow
-        self.pcie: tuple[float | None, float | None] = (None, None)  # last rx, tx (B/s)
-        self.power_limit: float | None = None  # W, last read
-        self.ecc_count: int | None = None  # last read
 
 
 class GpuSampler:
@@ -169,7 +120,7 @@ class GpuSampler:
         self._opened = False
         self._initialised = False
         self._reason = ""
-        self._devices: list[_Device] = []
+        self._devices: list[Device] = []
         self._buffers: dict[int, deque[GpuSample]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -238,8 +189,8 @@ class GpuSampler:
                 continue
             name = name.decode() if isinstance(name, bytes) else str(name)
             slack = self.interval / 4  # scheduling jitter must not push a read one tick late
-            self._devices.append(_Device(
-                i, handle, name, procs=Every(self.process_interval, slack),
+            self._devices.append(Device(
+                nv, i, handle, name, procs=Every(self.process_interval, slack),
                 pcie=Every(self.pcie_interval, slack), slow=Every(self.slow_interval, slack),
             ))
             if not self.pcie:
@@ -260,92 +211,7 @@ class GpuSampler:
             except Exception:  # shutting down must never turn a clean stop into a crash
                 pass
 
-    # -- reading one device -------------------------------------------------------------------
-    def _read(self, dev: _Device, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call ``fn(*args)``; on an NVML error return None and keep the reason for ``metric``."""
-        if dev.unavailable is not None and metric in dev.unavailable:
-            return None
-        try:
-            return fn(*args)
-        except Exception as exc:
-            kind = type(exc).__name__
-            if kind in _PERMANENT or any(
-                isinstance(exc, getattr(self._nvml, k, ())) for k in _PERMANENT
-            ):
-                reason = "not supported by this GPU or driver" if "NotSupported" in kind else str(exc)
-                dev.unavailable = {**(dev.unavailable or {}), metric: reason}
-            else:  # e.g. NVMLError_Unknown, GpuIsLost: say so for this sample, ask again next time
-                dev.transient[metric] = f"{kind}: {exc}"
-            return None
-
-    def _sample_device(self, dev: _Device, now: float, pcie_now: bool) -> GpuSample:
-        nv, h, read = self._nvml, dev.handle, self._read
-        dev.transient = {}
-        util = read(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
-        mem = read(dev, "memory", nv.nvmlDeviceGetMemoryInfo, h)
-        temp = read(dev, "temperature", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-        power = read(dev, "power", nv.nvmlDeviceGetPowerUsage, h)
-        slow = dev.slow_every.due(now)  # power limit and ECC count (reads in nvidia-smi order)
-        if slow:
-            limit = read(dev, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
-            dev.power_limit = None if limit is None else limit / 1000.0
-        sm = read(dev, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-        memclk = read(dev, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-        if pcie_now:
-            self._read_pcie(dev, now)
-        mask = read(dev, "clock_event_reasons", self._reasons_mask, h)
-        reasons: tuple[str, ...] = ()
-        if mask is not None:
-            reasons = dev.reasons.get(mask) or dev.reasons.setdefault(
-                mask, decode_clock_event_reasons(int(mask))
-            )
-        if slow:
-            dev.ecc_count = self._ecc(dev)
-            if "power_limit" not in dev.transient and "ecc" not in dev.transient:
-                dev.slow_every.done(now)  # a failed read stays due and is retried next sample
-        procs: tuple[GpuProcess, ...] = ()
-        if self.processes:
-            if dev.procs_every.due(now):
-                procs = self._processes(dev, now)
-            else:
-                procs = dev.last_procs
-        rx, tx = dev.pcie
-        return GpuSample(
-            timestamp_s=now,
-            index=dev.index,
-            name=dev.name,
-            util_gpu_pct=None if util is None else float(util.gpu),
-            util_mem_pct=None if util is None else float(util.memory),
-            mem_total_bytes=None if mem is None else int(mem.total),
-            mem_used_bytes=None if mem is None else int(mem.used),
-            mem_free_bytes=None if mem is None else int(mem.free),
-            temperature_c=None if temp is None else float(temp),
-            power_w=None if power is None else power / 1000.0,
-            power_limit_w=dev.power_limit,
-            sm_clock_mhz=None if sm is None else int(sm),
-            mem_clock_mhz=None if memclk is None else int(memclk),
-            pcie_rx_bytes_per_s=rx,
-            pcie_tx_bytes_per_s=tx,
-            throttle_reasons=reasons,
-            ecc_errors_uncorrected=dev.ecc_count,
-            processes=procs,
-            unavailable={**(dev.unavailable or {}), **dev.transient} if dev.transient
-            else dev.unavailable,
-        )
-
-    def _read_pcie(self, dev: _Device, now: float) -> None:
-        """PCIe rx/tx in B/s (the driver reports KB/s over a 20 ms window it waits out)."""
-        nv, h = self._nvml, dev.handle
-        rx = self._read(dev, "pcie", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
-        tx = None
-        if rx is not None:
-            tx = self._read(
-                dev, "pcie", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES
-            )
-        dev.pcie = (None if rx is None else rx * 1024.0, None if tx is None else tx * 1024.0)
-        if "pcie" not in dev.transient:
-            dev.pcie_every.done(now)
-
+    # -- choosing what to read -----------------------------------------------------------------
     def _pcie_due(self, now: float) -> set[int]:
         """GPUs whose PCIe counters are read this tick.
 
@@ -364,70 +230,13 @@ class GpuSampler:
             return fresh
         return {max(due, key=lambda d: d.pcie_every.overdue_by(now)).index}
 
-    def _reasons_mask(self, h: Any) -> int:
-        nv = self._nvml
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        if fn is not None:
-            try:
-                return fn(h)
-            except Exception as exc:  # an old driver lacks the new call: fall back
-                if "FunctionNotFound" not in type(exc).__name__:
-                    raise
-        return nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
-
-    def _ecc(self, dev: _Device) -> int | None:
-        nv, h = self._nvml, dev.handle
-        if dev.ecc_on is None:
-            mode = self._read(dev, "ecc", nv.nvmlDeviceGetEccMode, h)
-            if mode is None:  # unsupported (kept in unavailable) or transient (asked again)
-                return None
-            dev.ecc_on = mode[0] == nv.NVML_FEATURE_ENABLED
-            if not dev.ecc_on:
-                dev.unavailable = {**(dev.unavailable or {}), "ecc": "ECC is disabled on this GPU"}
-        if not dev.ecc_on:
-            return None
-        count = self._read(
-            dev, "ecc", nv.nvmlDeviceGetTotalEccErrors,
-            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC,
-        )
-        return None if count is None else int(count)
-
-    def _processes(self, dev: _Device, now: float) -> tuple[GpuProcess, ...]:
-        nv, h = self._nvml, dev.handle
-        procs = self._read(dev, "processes", nv.nvmlDeviceGetComputeRunningProcesses, h)
-        if procs is None:  # unsupported, or a transient error: asked again next sample
-            return ()
-        dev.procs_every.done(now)
-        used_by: dict[int, int | None] = {}
-        for p in procs:
-            used = getattr(p, "usedGpuMemory", None)
-            used = None if used is None or used >= 2**63 else int(used)  # N/A (WDDM, MIG)
-            pid = int(p.pid)
-            old = used_by.get(pid)  # one pid can appear once per MIG instance: add them up
-            if old is not None and used is not None:
-                used += old
-            used_by[pid] = used
-        old_commands, commands = dev.commands, {}
-        for pid in used_by:  # a pid's command line does not change: look each one up once
-            command = old_commands.get(pid)
-            commands[pid] = command_for_pid(pid) if command is None else command
-        dev.commands = commands  # pids gone from the GPU are forgotten (pids get reused)
-        result = tuple(
-            GpuProcess(pid=pid, used_memory_bytes=used_by[pid], command=commands[pid])
-            for pid in sorted(used_by)
-        )
-        if result == dev.last_procs:  # share the tuple between samples: the ring stays small
-            return dev.last_procs
-        dev.last_procs = result
-        return result
-
     # -- sampling -----------------------------------------------------------------------------
     def sample_once(self) -> list[GpuSample]:
         """Read every watched GPU now, store the samples, call ``on_sample``, return them."""
         self._open()
         now = self._clock()
         pcie = self._pcie_due(now)
-        out = [self._sample_device(dev, now, dev.index in pcie) for dev in self._devices]
+        out = [dev.sample(now, pcie_now=dev.index in pcie, processes=self.processes) for dev in self._devices]
         with self._lock:
             for s in out:
                 self._buffers[s.index].append(s)
@@ -498,3 +307,6 @@ class GpuSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+__all__ = ["CLOCK_EVENT_REASONS", "GpuSampler", "decode_clock_event_reasons", "default_nvml"]

@@ -2,9 +2,9 @@
 
 torch.profiler left on for a whole run costs about +64% step time and writes traces of gigabytes
 (anchors, pain points 20 and 23). Here it covers a few steps (by default the last five of
-``--steps``), records CPU and CUDA activity and the FLOPs of matmuls and convolutions (which
-records input shapes) — no stacks or memory — and the events are reduced in memory to the
-figures the analysis needs. No trace file is kept unless asked (``--keep-trace``).
+``--steps``, steps 10-14 with ``--full``: ``collectors.launch.RunSpec.window``), records CPU and
+CUDA activity and the FLOPs of matmuls and convolutions (which records input shapes) — no stacks
+or memory — and the events are reduced in memory to the figures the analysis needs. No trace file is kept unless asked (``--keep-trace``).
 
 Every GPU figure comes from the GPU timeline (kernel and copy intervals), never from the host's
 wall time: a GPU-bound host runs ahead of the GPU, so the window's host wall time and the GPU
@@ -17,6 +17,7 @@ the window. The reduction (:func:`reduce_events`) is pure and runs when the reco
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,9 +228,11 @@ def _overlap(intervals: list[tuple[float, float]], union: list[tuple[float, floa
     return total
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    index = min(int(round(q * (len(sorted_values) - 1))), len(sorted_values) - 1)
-    return sorted_values[index]
+def _p50_p90(values: list[float]) -> tuple[float | None, float | None]:
+    """Median and 90th percentile (the standard library's, interpolated); ``None`` when empty."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (None, None)
+    return statistics.median(values), statistics.quantiles(values, n=10, method="inclusive")[-1]
 
 
 def _memcpy_key(name: str) -> tuple[str, bool | None]:
@@ -333,6 +336,7 @@ def reduce_events(
     copies = [span for span, is_copy in device_kinds if is_copy]
     copy_ms = _length_ms(_union(copies)) - _overlap(_union(copies), kernel_union) / 1000.0
     durations = sorted(e - s for s, e in kernels + nccl)
+    p50, p90 = _p50_p90(durations)
     nccl_us = sum(e - s for s, e in nccl)
     overlap = _overlap(nccl, _union(kernels)) / nccl_us if nccl_us > 0 else None
     top_ops = sorted(_self_times(cpu_ops).items(), key=lambda kv: -kv[1][1])[:TOP_N]
@@ -347,8 +351,8 @@ def reduce_events(
         gpu_busy_ms=busy_ms if has_device else None,
         gpu_busy_frac=busy_ms / span_ms if span_ms else None,
         kernel_count=len(durations),
-        kernel_us_p50=_percentile(durations, 0.5) if durations else None,
-        kernel_us_p90=_percentile(durations, 0.9) if durations else None,
+        kernel_us_p50=p50,
+        kernel_us_p90=p90,
         kernels_under_10us_frac=sum(d < 10.0 for d in durations) / len(durations) if durations else None,
         top_ops=tuple(OpStat(name=n, count=int(c), total_us=t, kind="cpu_op") for n, (c, t) in top_ops),
         top_kernels=tuple(

@@ -27,8 +27,8 @@ from typing import Any, TextIO
 from gpudoctor.records.base import JsonlWriter, SchemaError, from_dict, read_jsonl, to_dict
 from gpudoctor.records.gpu import GpuProcess, GpuSample, HostSample
 from gpudoctor.records.rundir import KIND_GPU, KIND_HOST
+from gpudoctor.records.units import MIB
 
-MIB = 1 << 20
 CSV_SUFFIXES = (".csv",)
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.records.atomic import atomic_file
 from gpudoctor.records.base import write_json
 from gpudoctor.records.memory import LiveBlock, OomSnapshot
 from gpudoctor.records.rundir import KIND_OOM, OOM, OOM_PICKLE, oom_files
@@ -187,10 +188,8 @@ class OomDump:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         pickle_path = ""
         if self.write_pickle:
-            tmp = self.pickle_path.with_name(self.pickle_path.name + ".tmp")
-            with open(tmp, "wb") as fh:
+            with atomic_file(self.pickle_path) as fh:
                 pickle.dump(snapshot, fh)
-            tmp.replace(self.pickle_path)
             pickle_path = str(self.pickle_path)
         reduced = reduce_snapshot(snapshot, device=device, requested_bytes=alloc, device_free_bytes=device_free,
                                   device_total_bytes=device_total, stats=stats)

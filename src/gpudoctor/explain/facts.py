@@ -10,8 +10,11 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-_UNITS = {"b": 1, "bytes": 1, "byte": 1, "kib": 2**10, "kb": 2**10, "mib": 2**20, "mb": 2**20,
-          "gib": 2**30, "gb": 2**30, "tib": 2**40, "tb": 2**40, "pib": 2**50, "eib": 2**60, "eb": 2**60}
+from gpudoctor.records.units import GIB, KIB, MIB, human_bytes
+
+_UNITS = {"b": 1, "bytes": 1, "byte": 1, "kib": KIB, "kb": KIB, "mib": MIB, "mb": MIB,
+          "gib": GIB, "gb": GIB, "tib": GIB << 10, "tb": GIB << 10, "pib": GIB << 20, "eib": GIB << 30,
+          "eb": GIB << 30}
 _SIZE = r"(\d+(?:\.\d+)?)\s*(bytes?|[KMGTPE]i?B)"
 _OLD = re.compile(
     rf"Tried to allocate {_SIZE} \(GPU \d+; {_SIZE} total capacity; {_SIZE} already allocated; "
@@ -33,14 +36,6 @@ _SELF = re.compile(rf"this process has {_SIZE} memory in use", re.IGNORECASE)
 
 def _bytes(value: str, unit: str) -> int:
     return int(float(value) * _UNITS[unit.lower()])
-
-
-def format_bytes(n: int) -> str:
-    """1.5 GiB style, for notes."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,10 +82,6 @@ def parse_oom(text: str) -> OomFacts | None:
     )
 
 
-_GIB = 2**30
-_MIB = 2**20
-
-
 def oom_fragmentation(text: str) -> tuple[bool, tuple[str, ...]]:
     """Reserved-but-unallocated cache is large: >= 1 GiB, or >= 256 MiB and at least the request
     or 30% of everything PyTorch reserved."""
@@ -99,13 +90,13 @@ def oom_fragmentation(text: str) -> tuple[bool, tuple[str, ...]]:
         return False, ()
     gap = facts.reserved_unallocated
     reserved = facts.allocated + gap
-    large = gap >= _GIB or (
-        gap >= 256 * _MIB and (gap >= facts.requested or gap >= 0.3 * reserved)
+    large = gap >= GIB or (
+        gap >= 256 * MIB and (gap >= facts.requested or gap >= 0.3 * reserved)
     )
     share = f" ({gap / reserved:.0%} of reserved)" if reserved else ""
     note = (
-        f"reserved but unallocated: {format_bytes(gap)}{share}; "
-        f"request: {format_bytes(facts.requested)}"
+        f"reserved but unallocated: {human_bytes(gap, 2)}{share}; "
+        f"request: {human_bytes(facts.requested, 2)}"
     )
     return large, (note,)
 
@@ -116,7 +107,7 @@ def oom_request_exceeds_total(text: str) -> tuple[bool, tuple[str, ...]]:
     if facts is None or facts.total is None:
         return False, ()
     passed = facts.requested > facts.total
-    note = f"request {format_bytes(facts.requested)} vs GPU total {format_bytes(facts.total)}"
+    note = f"request {human_bytes(facts.requested, 2)} vs GPU total {human_bytes(facts.total, 2)}"
     return passed, (note,)
 
 
@@ -128,9 +119,9 @@ def oom_other_processes(text: str) -> tuple[bool, tuple[str, ...]]:
         return False, ()
     others = facts.other_processes
     passed = len(others) >= 2 or (
-        len(others) == 1 and facts.this_process is not None and others[0] >= 256 * _MIB
+        len(others) == 1 and facts.this_process is not None and others[0] >= 256 * MIB
     )
-    note = f"{len(others)} other process(es) hold {format_bytes(sum(others))} on this GPU"
+    note = f"{len(others)} other process(es) hold {human_bytes(sum(others), 2)} on this GPU"
     return passed, (note,) if others else ()
 
 

@@ -3,10 +3,10 @@
 - Only regular files are read: a FIFO, socket or device named ``*.py`` is skipped (reading a FIFO
   would block forever).
 - Text is decoded with the file's own encoding (PEP 263 cookie or BOM, UTF-8 by default).
-- ``--fix`` writes atomically: a temporary file in the same folder, flushed and fsynced, then
-  ``os.replace`` over the original, with the original's permission bits, its encoding, its BOM
-  and its line endings (CRLF stays CRLF). A file that cannot be written is reported and the others
-  go on.
+- ``--fix`` writes atomically (:mod:`gpudoctor.records.atomic`: a temporary file in the same
+  folder, flushed and fsynced, then ``os.replace`` over the original), with the original's
+  permission bits, its encoding, its BOM and its line endings (CRLF stays CRLF). A file that
+  cannot be written is reported and the others go on.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import codecs
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpudoctor.records.atomic import write_bytes_atomic
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,4 @@ def write_atomic(path: Path, data: bytes) -> None:
     mode = stat.S_IMODE(path.stat().st_mode)
     if not os.access(path, os.W_OK):
         raise PermissionError(f"{path} is not writable")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".gpudoctor-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_bytes_atomic(path, data, mode=mode)

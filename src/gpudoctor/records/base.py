@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpudoctor.records.atomic import write_text_atomic
+
 SCHEMA_VERSION = 1
 
 T = TypeVar("T")
@@ -158,12 +160,11 @@ def dumps(obj: Any) -> str:
 def write_json(path: Path, obj: Any, *, kind: str) -> None:
     """Write ``obj`` as a JSON document with ``schema_version`` and ``kind`` at the top.
 
-    Writes to a temporary file and renames it, so a reader never sees half a file.
+    Written atomically (:func:`gpudoctor.records.atomic.write_text_atomic`), so a reader never
+    sees half a file.
     """
     payload = {"schema_version": SCHEMA_VERSION, "kind": kind, "data": to_dict(obj)}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(Path(path), json.dumps(payload, indent=2, allow_nan=False) + "\n")
 
 
 def read_json(path: Path, cls: type[T], *, kind: str) -> T:

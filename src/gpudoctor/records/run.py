@@ -83,6 +83,12 @@ class RankConfig:
     cuda_visible_devices: str | None = None
     # Added by ``gpudoctor run``: torch.backends.cudnn.deterministic (slower convolutions when on).
     cudnn_deterministic: bool | None = None
+    # Added by ``gpudoctor run``: the CPUs this rank may run on (``os.sched_getaffinity``) and the
+    # ranks started on its node (``LOCAL_WORLD_SIZE``): the cores per rank a DataLoader can use.
+    usable_cpus: int | None = None
+    local_world_size: int | None = None
+    # Added by ``gpudoctor run --try``: what each injected knob did, or why it did nothing.
+    knob_notes: tuple[str, ...] = ()
 
 
 @record
@@ -108,7 +114,8 @@ class MemcpyStat:
 
 @record
 class WindowSummary:
-    """A short ``torch.profiler`` window (a few steps after warm-up), reduced in-process.
+    """A short ``torch.profiler`` window (by default the last five steps of ``gpudoctor run
+    --steps``; steps 10-14 with ``--full``), reduced in-process.
 
     Replaces a multi-GB trace with the numbers the analysis needs.
     """

@@ -14,7 +14,7 @@ RUNDIR/
   gpu.jsonl              GpuSample lines from the NVML sampler (parent process)
   host.jsonl             HostSample lines
   env.json               CheckReport of the environment (when checked)
-  findings.json          the diagnosis (list of Finding)
+  findings.json          the diagnosis (list of Finding) and the analysis version that made it
   stdout.log             the child's combined output
   stacks-rank{N}.txt     every thread's Python stack of rank N (faulthandler) when the run
                          stalled, was interrupted or died of a fatal signal; stacks-pid{P}.txt
@@ -79,9 +79,14 @@ def memory_file(rank: int) -> str:
 
 @record
 class FindingList:
-    """Wrapper so ``findings.json`` is one record like the other files."""
+    """``findings.json``: the findings and the version of the analysis that made them.
+
+    ``analysis_version`` is ``gpudoctor.cli.diagnose.analysis_version()`` at the time ("" in files
+    written before it existed): a reader recomputes findings whose version is not today's.
+    """
 
     findings: tuple[Finding, ...]
+    analysis_version: str = ""
 
 
 @dataclass
@@ -97,6 +102,7 @@ class RunData:
     host: list[HostSample] = field(default_factory=list)
     env: CheckReport | None = None
     findings: tuple[Finding, ...] | None = None
+    findings_version: str = ""  # FindingList.analysis_version of findings.json
     memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
@@ -149,7 +155,8 @@ def load_run(path: Path) -> RunData:
     if snapshots:  # the whole process's, else the lowest rank's
         data.oom = read_json(snapshots[0], OomSnapshot, kind=KIND_OOM)
     if (path / FINDINGS).is_file():
-        data.findings = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS).findings
+        stored = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS)
+        data.findings, data.findings_version = stored.findings, stored.analysis_version
     return data
 
 

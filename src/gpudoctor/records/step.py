@@ -44,6 +44,8 @@ class StepRecord:
         micro_steps: forward/backward passes folded into this optimizer step (accumulation).
         empty_cache_calls: ``torch.cuda.empty_cache()`` calls in the step (added by
             ``gpudoctor run``; calling it every step slows training and fixes no leak).
+        compiles: frames ``torch.compile`` compiled during the step (``None`` when TorchDynamo
+            was not in use); after warm-up each one is a recompilation.
     """
 
     rank: int
@@ -68,3 +70,4 @@ class StepRecord:
     scaler_skipped: bool | None = None
     micro_steps: int = 1
     empty_cache_calls: int = 0
+    compiles: int | None = None

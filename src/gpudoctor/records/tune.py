@@ -52,6 +52,10 @@ class Trial:
         skipped_steps: optimizer steps the GradScaler skipped (fp16 only), or ``None``.
         scaler_scale: the GradScaler's scale after the last step (fp16 only), or ``None``.
         wall_s: how long the trial took, set-up included.
+        rates: samples/s of each repeat of this setting (``samples_per_s`` is their median);
+            empty when the setting ran once.
+        spread: half the range of ``rates`` as a fraction of their median (0.02 = +-2%), or
+            ``None`` when the setting ran once.
     """
 
     knob: str
@@ -68,6 +72,8 @@ class Trial:
     skipped_steps: int | None = None
     scaler_scale: float | None = None
     wall_s: float = 0.0
+    rates: tuple[float, ...] = ()
+    spread: float | None = None
 
 
 @record
@@ -106,6 +112,11 @@ class TuneResult:
         loader_path: where the loader settings were written, or ``None``.
         elapsed_s: wall time of the whole run.
         interrupted: Ctrl-C stopped it; the trials finished before it are kept.
+        plan: the budget plan in words: what each stage was given and what was cut, with what
+            it would have needed.
+        kept_start: the confirmation trial found the tuned configuration no faster than the
+            starting one, so nothing was written (the reason is in the ``confirm`` knob).
+        run_dirs: where script-mode trials left their run directories (empty once removed).
     """
 
     target: str
@@ -118,3 +129,6 @@ class TuneResult:
     loader_path: str | None = None
     elapsed_s: float = 0.0
     interrupted: bool = False
+    plan: tuple[str, ...] = ()
+    kept_start: bool = False
+    run_dirs: str | None = None

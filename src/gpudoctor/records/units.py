@@ -1,18 +1,34 @@
-"""How sizes are written for people, the same in every layer (stdlib only)."""
+"""Binary size units and how sizes are written for people, the same in every layer (stdlib only).
+
+The one place for ``KIB``/``MIB``/``GIB``, the one byte formatter and the one spelling of a value
+that was not measured (``MISSING``).
+"""
 
 from __future__ import annotations
 
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
 
-def human_bytes(n: float | None) -> str:
-    """Bytes in binary units with one decimal (``1.5 GiB``); ``n/a`` for ``None``."""
+MISSING = "n/a"
+"""What a view prints where a value was not measured or does not apply."""
+
+
+def human_bytes(n: float | None, digits: int = 1) -> str:
+    """Bytes in binary units with ``digits`` decimals (``1.5 GiB``); ``MISSING`` for ``None``."""
     if n is None:
-        return "n/a"
+        return MISSING
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.{digits}f} {unit}"
         value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover - loop always returns
+    return f"{value:.{digits}f} GiB"  # pragma: no cover - loop always returns
 
 
-__all__ = ["human_bytes"]
+def gib_number(n: float | None, digits: int = 1) -> str:
+    """Bytes as a bare number of GiB, for a column whose header names the unit; ``MISSING``."""
+    return MISSING if n is None else f"{n / GIB:.{digits}f}"
+
+
+__all__ = ["GIB", "KIB", "MIB", "MISSING", "gib_number", "human_bytes"]

@@ -7,6 +7,7 @@ Only drawing happens here: the numbers come from :mod:`gpudoctor.analysis.timeli
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from gpudoctor.analysis.timeline import GpuSeries, MemorySeries, StepBreakdown
@@ -68,9 +69,8 @@ def _y_top(ordered: list[float]) -> float:
     """An axis top that shows the typical steps: 1.5x the 90th percentile, at least the median x2."""
     if not ordered:
         return 1.0
-    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    median = ordered[len(ordered) // 2]
-    return max(p90 * 1.5, median * 2.0, 1e-3)
+    p90 = statistics.quantiles(ordered, n=10, method="inclusive")[-1] if len(ordered) > 1 else ordered[0]
+    return max(p90 * 1.5, statistics.median(ordered) * 2.0, 1e-3)
 
 
 def step_chart(breakdown: StepBreakdown):

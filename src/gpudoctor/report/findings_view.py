@@ -19,7 +19,7 @@ from gpudoctor.analysis.prescription import pct
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.rundir import RunData
-from gpudoctor.records.units import human_bytes
+from gpudoctor.records.units import MISSING, human_bytes
 
 STYLES = {Severity.INFO: "cyan", Severity.WARN: "yellow", Severity.ERROR: "bold red"}
 PART_LABELS = {"data": "data wait", "copy": "copy", "compute": "compute", "comm": "comm",
@@ -82,8 +82,8 @@ def breakdown_rows(facts: RunFacts) -> tuple[list[str], list[list[str]]]:
         rows.append([
             str(rf.rank), _ms(b.step_ms),
             *(f"{_ms(b.part(p))} ({100 * b.share(p):.0f}%)" for p in PARTS),
-            pct(rf.busy_frac) if facts.on_gpu else "-",
-            "n/a" if rate is None else f"{rate:,.0f}" + ("" if rate_unit == unit else f" {rate_unit}"),
+            pct(rf.busy_frac) if facts.on_gpu else MISSING,
+            MISSING if rate is None else f"{rate:,.0f}" + ("" if rate_unit == unit else f" {rate_unit}"),
         ])
     return header, rows
 
@@ -107,8 +107,8 @@ def breakdown_table(facts: RunFacts) -> Table:
         table.add_row(
             str(rf.rank), _ms(b.step_ms),
             *(_cell(b.part(p), b.step_ms) for p in PARTS),
-            pct(rf.busy_frac) if facts.on_gpu else "-",
-            "n/a" if rate is None else f"{rate:,.0f}" + ("" if rate_unit == unit else f" {rate_unit}"),
+            pct(rf.busy_frac) if facts.on_gpu else MISSING,
+            MISSING if rate is None else f"{rate:,.0f}" + ("" if rate_unit == unit else f" {rate_unit}"),
         )
     return table
 
@@ -139,7 +139,7 @@ def top_rows(facts: RunFacts, n: int) -> tuple[list[tuple[str, str, str, str]], 
     w, steps = rf.window, rf.window_steps
     busy = w.gpu_busy_ms
     kernels = [(short_kernel_name(k.name), f"{k.count / steps:.3g}", f"{k.total_us / 1000 / steps:.3g}",
-                pct(k.total_us / 1000 / busy) if busy else "n/a") for k in w.top_kernels[:n]]
+                pct(k.total_us / 1000 / busy) if busy else MISSING) for k in w.top_kernels[:n]]
     ops = [(short_kernel_name(o.name), f"{o.count / steps:.3g}", f"{o.total_us / 1000 / steps:.3g}")
            for o in w.top_ops[:n]]
     return kernels, ops
@@ -198,11 +198,11 @@ def gpu_table(facts: RunFacts) -> Table | Text:
                  "throttle"):
         table.add_column(name, justify="left" if name in ("name", "throttle") else "right")
     for g in facts.gpus:
-        util = "n/a" if g.util_mean_pct is None else f"{g.util_mean_pct:.0f}%"
+        util = MISSING if g.util_mean_pct is None else f"{g.util_mean_pct:.0f}%"
         mem = human_bytes(g.mem_used_peak_bytes)
         if g.mem_total_bytes:
             mem += f" / {human_bytes(g.mem_total_bytes)}"
-        power = "n/a" if g.power_mean_w is None else f"{g.power_mean_w:.0f} W"
+        power = MISSING if g.power_mean_w is None else f"{g.power_mean_w:.0f} W"
         if g.power_mean_w is not None and g.power_limit_w:
             power += f" / {g.power_limit_w:.0f} W"
         table.add_row(str(g.index), g.name, str(g.samples), util, pct(g.idle_frac), mem, power,

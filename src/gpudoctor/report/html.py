@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import timeline
+from gpudoctor.analysis.facts import rank_stats
+from gpudoctor.analysis.thresholds import Thresholds
+from gpudoctor.records.atomic import write_text_atomic
 from gpudoctor.records.finding import Finding, rank_findings
 from gpudoctor.records.rundir import REPORT, RunData
-from gpudoctor.records.units import human_bytes
+from gpudoctor.records.units import MISSING, human_bytes
 from gpudoctor.report import charts
 from gpudoctor.report.try_view import TryComparison, try_rows, try_verdict
 
@@ -28,7 +31,7 @@ MAX_RANK_CHARTS = 2
 
 def _when(ts: float | None) -> str:
     if ts is None:
-        return "—"
+        return MISSING
     return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M:%S UTC"
     )
@@ -36,7 +39,7 @@ def _when(ts: float | None) -> str:
 
 def _plain(value: Any) -> str:
     if value is None:
-        return "N/A"
+        return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (tuple, list)):
@@ -72,9 +75,10 @@ def build_figures(run: RunData) -> dict[str, object]:
         figures["gpu_mem"] = charts.gpu_chart(series, "mem_used_gib", "GPU memory used", "GiB")
         if any(v is not None for s in series for v in s.power_w):
             figures["gpu_power"] = charts.gpu_chart(series, "power_w", "GPU power", "W")
-    ranks = [r for r in sorted(run.steps) if run.steps[r]]
+    stats = {r: s for r in sorted(run.steps) if (s := rank_stats(run, r, Thresholds())) is not None}
+    ranks = list(stats)
     breakdowns = {r: timeline.step_breakdown(r, run.steps[r]) for r in ranks}
-    memories = {r: timeline.memory_series(r, run.steps[r]) for r in ranks}
+    memories = {r: timeline.memory_series(r, run.steps[r], stats[r].leak) for r in ranks}
     if len(ranks) > MAX_RANK_CHARTS:
         figures["steps_ranks"] = charts.rank_overlay_chart(
             {r: (b.step, b.step_ms) for r, b in breakdowns.items()}, "Step time per rank", "ms")
@@ -82,7 +86,7 @@ def build_figures(run: RunData) -> dict[str, object]:
             figures["memory_ranks"] = charts.rank_overlay_chart(
                 {r: (m.step, m.allocated_gib) for r, m in memories.items() if m.step},
                 "Allocated memory per rank", "GiB")
-        slowest = timeline.slowest_rank({r: b.step_ms for r, b in breakdowns.items()})
+        slowest = timeline.slowest_rank(stats)
         ranks = sorted({ranks[0], slowest})
     for rank in ranks:
         figures[f"steps_rank{rank}"] = charts.step_chart(breakdowns[rank])
@@ -103,7 +107,7 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     from gpudoctor import __version__
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters["pct"] = lambda v: "—" if v is None else f"{v * 100:.0f}%"
+    env.filters["pct"] = lambda v: MISSING if v is None else f"{v * 100:.0f}%"
     template_text = (
         resources.files("gpudoctor.report").joinpath("templates/report.html.j2").read_text("utf-8")
     )
@@ -162,9 +166,7 @@ def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     """Render and write the report (default ``RUNDIR/report.html``); return its path."""
     path = Path(out) if out is not None else run.path / REPORT
     text = render_report(run, findings, verified)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path
 
 

@@ -1,9 +1,9 @@
 """The ``gpudoctor monitor`` view: a row per GPU with bars and a history sparkline, the GPU
 processes below, then the host. Pure rendering of records: no NVML, no psutil, no clock.
 
-A metric the device did not give prints as ``N/A``, and the reason is listed under the table
-once (NVML cannot give per-process memory under WDDM or some MIG set-ups, nvitop #55; power on
-some boards). Clock-event reasons other than ``gpu_idle`` are listed too: a GPU held back by
+A metric the device did not give prints as ``n/a`` (``records.units.MISSING``), and the reason is
+listed under the table once (NVML cannot give per-process memory under WDDM or some MIG set-ups,
+nvitop #55; power on some boards). Clock-event reasons other than ``gpu_idle`` are listed too: a GPU held back by
 ``sw_power_cap`` or ``hw_thermal_slowdown`` is slower than its utilization says.
 
 Two readings from ``nvidia-smi dmon`` practice (seed 000 §3.3, Q4) are printed as hints:
@@ -21,8 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.gpu import GpuSample, HostSample
+from gpudoctor.records.units import MISSING, gib_number, human_bytes
 
-GIB = float(1 << 30)
 SPARK = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 8
 HISTORY = 12
@@ -52,16 +52,12 @@ def sparkline(values: Sequence[float | None], top: float = 100.0) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "N/A" if v is None else f"{v:.0f}%"
-
-
-def _gib(v: int | None, digits: int = 1) -> str:
-    return "N/A" if v is None else f"{v / GIB:.{digits}f}"
+    return MISSING if v is None else f"{v:.0f}%"
 
 
 def _rate(v: float | None) -> str:
     if v is None:
-        return "N/A"
+        return MISSING
     if v >= 1e9:
         return f"{v / 1e9:.1f}G"
     if v >= 1e6:
@@ -81,17 +77,17 @@ def _gpu_table(latest: Sequence[GpuSample], history: Mapping[int, Sequence[GpuSa
         mem_frac = None
         if s.mem_used_bytes is not None and s.mem_total_bytes:
             mem_frac = s.mem_used_bytes / s.mem_total_bytes
-        power = "N/A" if s.power_w is None else f"{s.power_w:.0f}"
+        power = MISSING if s.power_w is None else f"{s.power_w:.0f}"
         if s.power_limit_w is not None:
             power += f"/{s.power_limit_w:.0f}"
         hist = [h.util_gpu_pct for h in history.get(s.index, ())][-HISTORY:]
         table.add_row(
             f"{s.index} {s.name.removeprefix('NVIDIA ')}",
             f"{bar(util)} {_pct(s.util_gpu_pct):>4}",
-            f"{bar(mem_frac)} {_gib(s.mem_used_bytes)}/{_gib(s.mem_total_bytes, 0)}",
+            f"{bar(mem_frac)} {gib_number(s.mem_used_bytes)}/{gib_number(s.mem_total_bytes, 0)}",
             power,
-            "N/A" if s.temperature_c is None else f"{s.temperature_c:.0f}°C",
-            "N/A" if s.sm_clock_mhz is None else str(s.sm_clock_mhz),
+            MISSING if s.temperature_c is None else f"{s.temperature_c:.0f}°C",
+            MISSING if s.sm_clock_mhz is None else str(s.sm_clock_mhz),
             f"{_rate(s.pcie_rx_bytes_per_s)}/{_rate(s.pcie_tx_bytes_per_s)}",
             sparkline(hist),
         )
@@ -110,7 +106,7 @@ def _process_table(latest: Sequence[GpuSample], job_pids: frozenset[int]) -> Tab
         table.add_column("job")
     table.add_column("command", overflow="ellipsis", no_wrap=True, max_width=60)
     for index, p in sorted(rows, key=lambda r: (r[0], -(r[1].used_memory_bytes or 0), r[1].pid)):
-        mem = "N/A" if p.used_memory_bytes is None else f"{p.used_memory_bytes / GIB:.2f} GiB"
+        mem = human_bytes(p.used_memory_bytes, 2)
         cells = [str(index), str(p.pid), mem]
         if job_pids:
             cells.append("yes" if p.pid in job_pids else "")
@@ -132,7 +128,7 @@ def _notes(latest: Sequence[GpuSample], host: HostSample | None) -> list[str]:
             by_reason.setdefault(reason, []).append(metric)
         if by_reason:
             what = "; ".join(f"{', '.join(m)} ({r})" for r, m in by_reason.items())
-            notes.append(f"GPU {s.index} N/A: {what}")
+            notes.append(f"GPU {s.index} {MISSING}: {what}")
         low = s.util_gpu_pct is not None and s.util_gpu_pct < LOW_UTIL_PCT
         if low and (s.pcie_rx_bytes_per_s or 0) >= HIGH_RX_BYTES_PER_S:
             notes.append(
@@ -151,12 +147,12 @@ def _notes(latest: Sequence[GpuSample], host: HostSample | None) -> list[str]:
 
 def _host_line(host: HostSample) -> str:
     parts = [f"host  CPU {_pct(host.cpu_pct)} (busiest core {_pct(host.busiest_core_pct)})"]
-    parts.append(f"RAM {_gib(host.ram_used_bytes)}/{_gib(host.ram_total_bytes)} GiB")
+    parts.append(f"RAM {gib_number(host.ram_used_bytes)}/{gib_number(host.ram_total_bytes)} GiB")
     if host.tree_pids or host.tree_cpu_pct is not None:
         parts.append(
             f"job: {len(host.tree_pids)} process{'' if len(host.tree_pids) == 1 else 'es'}, "
             f"CPU {_pct(host.tree_cpu_pct)}, "
-            f"RSS {_gib(host.tree_rss_bytes)} GiB"
+            f"RSS {gib_number(host.tree_rss_bytes)} GiB"
         )
     return "  ".join(parts)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.run_stats import run_stats
 from gpudoctor.records.rundir import RunData
+from gpudoctor.records.units import MISSING
 
 STATUS_WORDS = {
     "completed": "ran to its end",
@@ -22,7 +23,7 @@ STATUS_WORDS = {
 
 
 def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
+    return MISSING if value is None else f"{value:{spec}}{suffix}"
 
 
 def render_summary(run: RunData, *, full: bool = True):

@@ -1,56 +1,22 @@
 """``--try``: the before/after table — the prescription, verified by measurement.
 
-Both runs use the same command, step count and profiler window; the figures are the
-steady-state medians of :mod:`gpudoctor.report.run_summary`, summed over ranks for throughput.
+Both arms run the same command with the same steps, interleaved (baseline, try, baseline, try,
+...); the figures and the verdict come from :mod:`gpudoctor.analysis.try_compare`. A knob that
+measured slower, within the noise or too little is "not recommended here", never the fix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gpudoctor.records.rundir import RunData
-from gpudoctor.analysis.run_stats import StepStats, run_stats
-
-
-@dataclass(frozen=True, kw_only=True)
-class TryComparison:
-    """Before/after figures. ``gain`` is the measured throughput change (0.25 = +25%)."""
-
-    knobs: tuple[str, ...]
-    unit: str
-    before: dict[str, float | None]
-    after: dict[str, float | None]
-    gain: float | None
-
-
-ROWS = (
-    ("throughput", "throughput"),
-    ("step_ms", "step time (ms)"),
-    ("data_wait_ms", "data wait (ms/step)"),
-    ("gpu_ms", "GPU time (ms/step)"),
-    ("h2d_ms", "H2D copy issue (ms/step)"),
-    ("host_syncs", "host syncs / step"),
+from gpudoctor.analysis.try_compare import (
+    FASTER,
+    MIN_GAIN,
+    NO_GAIN,
+    ROWS,
+    SLOWER,
+    WITHIN_NOISE,
+    TryComparison,
+    compare,
 )
-
-
-def _combine(stats: list[StepStats]) -> tuple[dict[str, float | None], str]:
-    if not stats:
-        return {key: None for key, _ in ROWS}, "steps/s"
-    lead = stats[0]  # per-step figures from the first rank; throughput summed over ranks
-    thr = [s.throughput for s in stats]
-    out: dict[str, float | None] = {key: getattr(lead, key) for key, _ in ROWS if key != "throughput"}
-    out["throughput"] = sum(thr) if all(t is not None for t in thr) else None  # type: ignore[arg-type]
-    return out, lead.unit
-
-
-def compare(baseline: RunData, tried: RunData) -> TryComparison:
-    """Compare the baseline run with the knobbed one."""
-    before, unit = _combine(run_stats(baseline))
-    after, unit_after = _combine(run_stats(tried))
-    gain = None
-    if unit == unit_after and before["throughput"] and after["throughput"] is not None:
-        gain = after["throughput"] / before["throughput"] - 1.0
-    return TryComparison(knobs=tuple(tried.manifest.knobs), unit=unit, before=before, after=after, gain=gain)
 
 
 def _fmt(value: float | None) -> str:
@@ -65,35 +31,78 @@ def _change(before: float | None, after: float | None) -> str:
     return f"{(after / before - 1.0) * 100:+.0f}%"
 
 
+def _pct(share: float | None) -> str:
+    if share is None:
+        return "-"
+    return f"{share * 100:.1f}%" if share < 0.1 else f"{share * 100:.0f}%"
+
+
 def try_rows(comparison: TryComparison) -> list[tuple[str, str, str, str]]:
     """(measure, baseline, with knobs, change) as display strings; shared by terminal and HTML."""
     rows = []
     for key, label in ROWS:
         if key == "throughput":
-            label = f"throughput ({comparison.unit})"
+            label = f"throughput ({comparison.unit}, median of runs)"
         rows.append((label, _fmt(comparison.before[key]), _fmt(comparison.after[key]),
                      _change(comparison.before[key], comparison.after[key])))
+    j = comparison.judgement
+    if j is not None:
+        rows.append(("runs", str(len(j.baseline)), str(len(j.tried)), ""))
+        rows.append(("spread between runs (max-min)", _pct(j.spread_baseline), _pct(j.spread_try),
+                     f"noise {_pct(j.noise)}" if j.noise is not None else ""))
     return rows
 
 
+def _signed(value: float) -> str:
+    return f"{value * 100:+.0f}%" if abs(value) >= 0.095 else f"{value * 100:+.1f}%"
+
+
 def try_verdict(comparison: TryComparison) -> str:
-    if comparison.gain is None:
-        return "measured gain: unknown (a run recorded no steady-state steps)"
-    return f"measured gain: {comparison.gain * 100:+.0f}% throughput with {', '.join(comparison.knobs)}"
+    """The one-line verdict: the gain with its noise and run counts, and whether to apply it."""
+    knobs = ", ".join(comparison.knobs)
+    j = comparison.judgement
+    if comparison.failed:
+        return (f"the run with {knobs} {comparison.failed}: not recommended here - do not apply "
+                "(its stdout.log says why)")
+    if j is None or j.gain is None:
+        return f"measured gain: unknown (a run recorded no steady-state steps) with {knobs}"
+    noise = f" ± {_pct(j.noise)}" if j.noise is not None else ""
+    n = f"n = {len(j.baseline)} baseline + {len(j.tried)} try runs"
+    measured = f"{_signed(j.gain)}{noise} throughput with {knobs} ({n})"
+    if j.verdict == FASTER:
+        return f"measured gain: {measured}: above the run-to-run noise; apply it"
+    if j.verdict == SLOWER:
+        return f"measured loss: {measured}: not recommended here - do not apply"
+    if j.verdict == NO_GAIN:
+        return (f"measured: {measured}: not recommended here - below the {MIN_GAIN:.0%} "
+                "worth a change")
+    if j.verdict == WITHIN_NOISE:
+        return (f"within the noise: {measured}: not recommended here - no gain measurable "
+                "above the run-to-run spread")
+    return f"measured: {measured}"
 
 
 def render_try(comparison: TryComparison):
-    """A rich renderable: the table and the one-line verdict."""
+    """A rich renderable: the table, what the knobs did, and the one-line verdict."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="--try: the fix, measured (same command, same steps)", title_justify="left",
-                  caption=f"knobs: {', '.join(comparison.knobs)}", caption_justify="left")
+    table = Table(title="--try: the fix, measured (same command and steps, runs interleaved)",
+                  title_justify="left", caption=f"knobs: {', '.join(comparison.knobs)}",
+                  caption_justify="left")
     table.add_column("")
     table.add_column("baseline", justify="right")
     table.add_column("with knobs", justify="right")
     table.add_column("change", justify="right")
     for row in try_rows(comparison):
         table.add_row(*row)
-    return Group(table, Text(try_verdict(comparison)))
+    parts = [table]
+    parts += [Text(f"  {note}") for note in comparison.notes]
+    verdict = comparison.judgement.verdict if comparison.judgement is not None else ""
+    style = "bold green" if verdict == FASTER else ("bold red" if verdict == SLOWER or comparison.failed else "bold")
+    parts.append(Text(try_verdict(comparison), style=style))
+    return Group(*parts)
+
+
+__all__ = ["TryComparison", "compare", "render_try", "try_rows", "try_verdict"]

@@ -1,6 +1,7 @@
 """The ``gpudoctor tune`` view: the seeds' control-variable table for every knob (each setting
-tried, its throughput, step time, data wait, peak memory and verdict), the winner marked, the
-knob's summary and notes, then what was written. Pure rendering of a :class:`TuneResult`."""
+tried, its throughput with the spread of its repeated runs, step time, data wait, peak memory and
+verdict), the winner marked, the knob's summary and notes, then the confirmation and what was
+written (or why nothing was). Pure rendering of a :class:`TuneResult`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ _STYLE = {
     TrialVerdict.SKIPPED: "dim",
 }
 _TITLES = {
+    "plan": "Reference run and budget plan (the starting configuration)",
+    "confirm": "Confirmation: tuned vs starting configuration (as training runs them; interleaved)",
+    "script:plan": "Reference run (the script as written)",
     "precision": "Precision (data on the GPU; per rank)",
     "batch": "Batch size (real steps; per rank)",
     "loader": "DataLoader (real loader; per rank)",
@@ -26,7 +30,7 @@ _TITLES = {
     "ddp": "DDP (slowest rank)",
     "script:precision": "Precision switches (fresh run of the script each)",
     "script:loader": "DataLoader (fresh run of the script each)",
-    "script:result": "Result",
+    "script:result": "Confirmation and result: the script as written vs the chosen --try (interleaved)",
 }
 
 
@@ -38,6 +42,12 @@ def _num(value: float | None, unit: str = "") -> str:
     if abs(value) >= 10:
         return f"{value:.1f}{unit}"
     return f"{value:.2f}{unit}"
+
+
+def _spread(trial: Trial) -> str:
+    if trial.spread is None:
+        return "—"
+    return f"±{trial.spread:.1%} ({len(trial.rates)})"
 
 
 def _mem(value: int | None) -> str:
@@ -56,6 +66,8 @@ def _verdict(trial: Trial) -> Text:
 def trial_line(trial: Trial) -> str:
     """One line per finished trial, for the live progress display."""
     rate = f"{_num(trial.samples_per_s)} samples/s" if trial.samples_per_s else trial.verdict.value
+    if trial.samples_per_s and trial.spread is not None:
+        rate += f" ±{trial.spread:.1%} over {len(trial.rates)} runs"
     tail = f" ({trial.reason})" if trial.reason and trial.verdict is not TrialVerdict.OK else ""
     return f"{trial.knob:<10} {trial.setting:<44} {rate}{tail}"
 
@@ -65,18 +77,19 @@ def knob_table(knob: KnobResult) -> Table:
     table = Table(title=_TITLES.get(knob.knob, knob.knob), box=box.SIMPLE_HEAD, title_justify="left",
                   show_edge=False)
     table.add_column("", width=1)
-    table.add_column("setting", min_width=min(40, max((len(t.setting) for t in knob.trials), default=10)))
-    table.add_column("samples/s", justify="right")
+    table.add_column("setting", min_width=min(24, max((len(t.setting) for t in knob.trials), default=10)))
+    table.add_column("samples/s", justify="right", no_wrap=True)
+    table.add_column("spread", justify="right", no_wrap=True)
+    table.add_column("verdict", min_width=10, ratio=1)  # before the detail columns: a narrow terminal keeps it
     table.add_column("step ms", justify="right")
-    table.add_column("data wait ms", justify="right")
+    table.add_column("wait ms", justify="right")
     table.add_column("peak mem", justify="right")
-    table.add_column("verdict")
     marked = False
     for trial in knob.trials:
         win = not marked and knob.winner is not None and trial.setting == knob.winner
         marked = marked or win
-        table.add_row("*" if win else "", trial.setting, _num(trial.samples_per_s), _num(trial.step_ms),
-                      _num(trial.data_wait_ms), _mem(trial.peak_mem_bytes), _verdict(trial),
+        table.add_row("*" if win else "", trial.setting, _num(trial.samples_per_s), _spread(trial), _verdict(trial),
+                      _num(trial.step_ms), _num(trial.data_wait_ms), _mem(trial.peak_mem_bytes),
                       style="bold" if win else None)
     return table
 
@@ -87,7 +100,8 @@ def _knob_block(knob: KnobResult) -> list[RenderableType]:
         parts.append(knob_table(knob))
     else:
         parts.append(Text(_TITLES.get(knob.knob, knob.knob), style="italic"))
-    head = Text("  winner: " if knob.winner else "  result: ", style="bold")
+    verdict_only = knob.knob in ("plan", "confirm", "script:plan", "script:result")
+    head = Text("  winner: " if knob.winner and not verdict_only else "  result: ", style="bold")
     head.append(knob.summary or "none")
     parts.append(head)
     for note in knob.notes:
@@ -107,8 +121,13 @@ def render_tune(result: TuneResult) -> Group:
     for knob in result.knobs:
         parts.extend(_knob_block(knob))
     if result.interrupted:
-        parts.append(Text("interrupted (Ctrl-C): the trials above finished; the knobs after it were not tuned",
-                          style="yellow"))
+        parts.append(Text("interrupted (Ctrl-C): the trials above finished; the knobs after it were not tuned and "
+                          "nothing was written", style="yellow"))
+    if result.kept_start:
+        parts.append(Text("nothing written: the tuned configuration was not faster than the starting one beyond the "
+                          "noise (see the confirmation); keep your starting configuration", style="yellow"))
+    if result.run_dirs:
+        parts.append(Text(f"trial run directories (each child's output in its stdout.log): {result.run_dirs}"))
     if result.config_path:
         parts.append(Text(f"engine config written: {result.config_path}  (TrainConfig.from_file)"))
     if result.loader_path:

@@ -1,8 +1,9 @@
 """Checkpoints that survive a crash mid-write and resume exactly.
 
-A save writes ``step-XXXXXXXX.pt.<pid>-<random>.tmp`` (a name of its own, so two trainers
-sharing a folder never write the same temp file), flushes and fsyncs it, renames it over the final
-name (atomic on POSIX) and fsyncs the folder, so a crash leaves either the previous checkpoint or
+A save goes through :func:`gpudoctor.records.atomic.atomic_file`: it writes
+``step-XXXXXXXX.pt.<pid>-<random>.tmp`` (a name of its own, so two trainers sharing a folder never
+write the same temp file), flushes and fsyncs it, renames it over the final name (atomic on POSIX)
+and fsyncs the folder, so a crash leaves either the previous checkpoint or
 the new one, never half a file. A save that fails (disk full, no permission) removes its temp file
 and says why. Only rank 0 writes; every rank's RNG states travel in the same file. Loading uses
 ``torch.load(weights_only=True)``: a checkpoint cannot run code.
@@ -23,7 +24,6 @@ import errno
 import os
 import random
 import re
-import secrets
 import sys
 import time
 import warnings
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from gpudoctor.records.atomic import atomic_file
 
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
 _PREFIXES = ("module.", "_orig_mod.")
@@ -93,17 +95,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 _WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
         errno.EACCES: "permission denied", errno.EPERM: "permission denied",
         errno.EROFS: "the file system is read-only"}
@@ -122,15 +113,10 @@ def atomic_save(obj: Any, path: Path) -> None:
             cause: disk full, permissions, read-only file system).
     """
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_file(path) as f:
             torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:  # atomic_file removed its temp file
         if isinstance(exc, OSError) or isinstance(exc.__context__, OSError):
             err = exc if isinstance(exc, OSError) else exc.__context__
             why = _WHY.get(getattr(err, "errno", None), str(err))
@@ -144,7 +130,6 @@ def atomic_save(obj: Any, path: Path) -> None:
                 0, f"could not write checkpoint {path}: {exc}; the partial file was removed (often: the disk "
                 "is full). Free space or point checkpoint.dir elsewhere") from exc
         raise
-    _fsync_dir(path.parent)
 
 
 def list_checkpoints(folder: str | Path) -> list[Path]:

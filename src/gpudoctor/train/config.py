@@ -16,6 +16,9 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+import tomli_w
+
+from gpudoctor.records.atomic import write_text_atomic
 from gpudoctor.train.validation import check_fields
 
 if sys.version_info >= (3, 11):
@@ -298,12 +301,12 @@ class TrainConfig:
         """Write a ``.toml`` or ``.json`` file that ``from_file`` reads back to an equal config."""
         path = Path(path)
         if path.suffix == ".json":
-            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+            write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         elif path.suffix == ".toml":
-            text = _to_toml(self.to_dict())
+            text = tomli_w.dumps(_without_none(self.to_dict()))
             if TrainConfig.from_dict(tomllib.loads(text)) != self:  # TOML cannot say "None"
                 raise ValueError(f"{path}: this config has a None TOML cannot hold; save it as .json")
-            path.write_text(text, encoding="utf-8")
+            write_text_atomic(path, text)
         else:
             raise ValueError(f"{path}: config files must end in .toml or .json")
 
@@ -337,27 +340,6 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise ValueError(f"cannot write {value!r} to TOML")
-
-
-def _to_toml(data: dict[str, Any]) -> str:
-    lines: list[str] = []
-    tables: list[tuple[str, dict[str, Any]]] = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        elif value is not None:  # TOML has no null: an absent key means the default, None
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables:
-        lines.append(f"\n[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
-    return "\n".join(lines) + "\n"
+def _without_none(data: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null: an absent key means the default (``to_file`` checks the round trip)."""
+    return {k: _without_none(v) if isinstance(v, dict) else v for k, v in data.items() if v is not None}

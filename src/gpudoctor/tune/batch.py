@@ -30,11 +30,13 @@ import dataclasses
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, TrialVerdict
-from gpudoctor.tune.search import grow_then_bisect, knee, linear_limit
-from gpudoctor.tune.session import BudgetSpent, TuneContext
+from gpudoctor.tune.noise import pick
+from gpudoctor.tune.search import BoundarySearch, grow_then_bisect, knee, linear_limit, narrow
+from gpudoctor.tune.session import BudgetSpent, TuneContext, measured
 
 LAUNCH_DIM_CAP = 65535
 KNEE_TOLERANCE = 0.10  # the written batch: the smallest within this fraction of the best throughput
+FLAT_GAIN = 0.05  # growth stops (knee pick) after two doublings that each gained less than this
 _RAM_FRACTION = 0.25  # of the available host RAM the loader's in-flight batches may take
 
 
@@ -105,7 +107,7 @@ def _capacity(ctx: TuneContext) -> float | None:
 
 
 def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tuple[int, float]],
-            notes: list[str]):
+            notes: list[str], *, stop_when_flat: bool = False):
     """Run the boundary search with one trial per probe; ``points`` gets (size, samples/s)."""
     knob = "batch" if mode == "train" else "eval_batch"
     # Memory needs three real steps: the first runs cuDNN's algorithm search for the new shape and
@@ -138,31 +140,51 @@ def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tupl
                          f"bracket {lo}..{hi}); narrowed around it")
         return guess
 
-    return grow_then_bisect(fits, start=start, cap=cap, margin=ctx.options.margin, predict=predict)
+    def flat() -> bool:
+        """Two doublings in a row gained less than FLAT_GAIN each: larger batches buy no speed."""
+        if not stop_when_flat or len(points) < 3:
+            return False
+        (_, a), (_, b), (_, c) = points[-3:]
+        return b < a * (1 + FLAT_GAIN) and c < b * (1 + FLAT_GAIN)
+
+    found = grow_then_bisect(fits, start=start, cap=cap, margin=ctx.options.margin, predict=predict, enough=flat)
+    if found.largest_fit is None and start > 1:
+        # the starting batch itself ran out of memory: halve until one fits, then narrow upwards
+        lo, hi = None, start
+        size = start // 2
+        while size >= 1 and lo is None:
+            if fits(size):
+                lo = size
+            else:
+                hi, size = size, size // 2
+        if lo is not None:
+            lo, hi = narrow(fits, lo, hi, resolution=0.01) if hi - lo > 1 else (lo, hi)
+            found = BoundarySearch(largest_fit=lo, smallest_fail=hi, chosen=max(1, int(lo * (1 - ctx.options.margin))),
+                                   probes=found.probes, capped=False)
+            notes.append(f"the starting batch {start} ran out of memory; searched downwards")
+    return found
 
 
 def tune_batch(ctx: TuneContext) -> KnobResult:
-    """Find and agree the per-device train batch (and eval batch); update ``ctx``."""
+    """Find and agree the per-device train batch (and eval batch); update ``ctx``.
+
+    The search starts at the configured batch and moves from there (up while it fits and the
+    throughput still rises; down only if the configured batch does not fit). A budget spent in
+    the middle raises :class:`BudgetSpent`: the session keeps the starting batch."""
     first = len(ctx.trials)
     cap, notes = caps(ctx)
+    start = min(ctx.batch_size, cap)
     points: list[tuple[int, float]] = []
-    start = min(16, cap)
-    try:
-        found = _search(ctx, "train", start, cap, points, notes)
-    except BudgetSpent:
-        best = max((s for s, _ in points), default=None)
-        if best is None:
-            raise
-        notes.append("time budget spent during the search: the largest batch measured so far is used")
-        found = None
-    if found is None:
-        chosen = max(1, int(best * (1 - ctx.options.margin)))
-        largest = best
-    elif found.largest_fit is None:
+    knee_pick = ctx.options.batch_pick == "knee"
+    found = _search(ctx, "train", start, cap, points, notes, stop_when_flat=knee_pick)
+    if found.largest_fit is None:
         chosen, largest = 0, 0  # still joins the collectives below: the other ranks wait there
     else:
         chosen, largest = found.chosen, found.largest_fit
-        if found.capped:
+        if found.stopped:
+            notes.append(f"growth stopped at {largest}: two doublings gained less than {FLAT_GAIN:.0%} each; the "
+                         "memory limit was not searched (--pick-batch max searches it)")
+        elif found.capped:
             notes.append(f"memory did not run out up to the cap ({cap}); no margin applied")
         else:
             notes.append(f"largest batch that fit: {found.largest_fit}; first that did not: {found.smallest_fail}; "
@@ -173,17 +195,36 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
         notes.append(f"ranks found {per_rank}; all use the smallest, {chosen} (all-reduce MIN)")
     if chosen == 0:
         return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), notes=tuple(notes),
-                          summary=f"not even a batch of {start} fits: shrink the model's memory (bf16, "
+                          summary=f"not even a batch of 1 fits: shrink the model's memory (bf16, "
                                   "activation checkpointing, FSDP) before tuning the batch")
-    flat = ctx.agree(knee(points, tolerance=KNEE_TOLERANCE))
+    flat = ctx.agree(knee([p for p in points if p[0] <= chosen], tolerance=KNEE_TOLERANCE))
     if flat is not None and points:
         best_size, best_rate = max(points, key=lambda p: p[1])
         notes.append(f"throughput flattens at batch {flat} (within {KNEE_TOLERANCE:.0%} of the best, "
-                     f"{best_rate:,.0f} samples/s at "
-                     f"batch {best_size}); larger batches buy memory use, not speed")
-    knee_pick = ctx.options.batch_pick == "knee" and flat is not None and flat < chosen
-    picked = flat if knee_pick else chosen
+                     f"{best_rate:,.0f} samples/s at batch {best_size}, 3-step memory probes); larger batches buy "
+                     "memory use, not speed")
+    candidate = flat if knee_pick and flat is not None and flat < chosen else chosen
+    candidate = min(candidate, chosen)
+
+    # The candidate against the starting batch at full length, interleaved and repeated (the real
+    # configuration, compile included): a larger batch is written only when it is faster beyond
+    # the noise. Its rate is the GPU's consumption rate the loader knob aims for.
+    base = min(start, chosen)
+    sizes = [base] if candidate == base else [base, candidate]
+    rows = ctx.measure([ctx.spec("batch", f"batch={b} ({'starting' if b == start else 'candidate'})",
+                                 {"batch_size": b}, batch_size=b) for b in sizes])
+    won, why = pick([measured(r) for r in rows], base=0, tolerance=ctx.options.tolerance)
+    won = ctx.agree(won)
+    if won is None:
+        notes.append(f"no batch passed its check run ({rows[-1].verdict.value}: {rows[-1].reason}); lower it by hand "
+                     "or rerun with --isolation process")
+        won = 0
+    picked, verify = sizes[won], rows[won]
+    if len(sizes) > 1:
+        notes.append(f"batch {candidate} vs the starting {base}: {why}")
     ctx.config = ctx.config.replace(batch_size=picked)
+    if verify.verdict is TrialVerdict.OK:
+        ctx.consumption_rate = verify.samples_per_s
 
     # The eval pass on its own: no gradients, so it usually fits a larger batch.
     eval_note = ""
@@ -191,26 +232,19 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
         eval_cap = max(1, min(len(ctx.target.eval_dataset) // ctx.world_size, LAUNCH_DIM_CAP,
                               ctx.options.max_batch or LAUNCH_DIM_CAP))
         try:
-            ev = _search(ctx, "eval", min(chosen, eval_cap), eval_cap, [], notes)
+            ev = _search(ctx, "eval", min(max(picked, chosen), eval_cap), eval_cap, [], notes)
             eval_chosen = ctx.agree_min(ev.chosen or 0)
             if eval_chosen:
                 ctx.loader = ctx.loader.replace(eval_batch_size=eval_chosen)
                 eval_note = f"; eval batch {eval_chosen}"
         except BudgetSpent:
             notes.append("time budget spent before the eval batch was probed; eval uses the train batch")
-
-    # Check the pick with more steps (the real configuration, compile included); its rate is the
-    # GPU's consumption rate the loader knob aims for.
-    verify = ctx.run(ctx.spec("batch", f"batch={picked} (chosen)", {"batch_size": picked}, batch_size=picked))
-    if verify.verdict is TrialVerdict.OK:
-        ctx.consumption_rate = verify.samples_per_s
-    else:
-        notes.append(f"the chosen batch failed its check run ({verify.verdict.value}: {verify.reason}); "
-                     "lower it by hand or rerun with --isolation process")
-    how = "the throughput knee" if knee_pick else "the largest safe batch"
+    how = ("the starting batch (nothing larger was faster beyond the noise)" if picked == base else
+           "the throughput knee" if picked == flat and knee_pick else "the largest safe batch")
+    limit = (f"largest tried {largest}, limit not searched" if found.stopped
+             else f"largest safe {chosen} (largest that fit: {largest})")
     return KnobResult(knob="batch", trials=tuple(ctx.trials[first:]), winner=verify.setting,
                       params={"batch_size": picked, "max_batch_size": chosen,
                               **({"eval_batch_size": ctx.loader.eval_batch_size} if eval_note else {})},
-                      summary=f"per-device batch {picked} ({how}); largest safe {chosen} (largest that fit: "
-                              f"{largest}){eval_note}",
+                      summary=f"per-device batch {picked} ({how}); {limit}{eval_note}",
                       notes=tuple(notes))

@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Sequence
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict
+from gpudoctor.tune.noise import rotated
 from gpudoctor.tune.search import pick_cheapest
 from gpudoctor.tune.session import TuneContext
 from gpudoctor.tune.trials import execute
@@ -25,12 +26,6 @@ from gpudoctor.tune.trials import execute
 BUCKETS_MB = (25.0, 10.0, 50.0, 100.0)
 HOOKS = ("fp16", "bf16")
 HOOK_ROUNDS = 3
-
-
-def rotated(arms: Sequence, round_: int) -> list:
-    """``arms`` in the order of round ``round_``: each arm goes first once every len(arms) rounds."""
-    k = round_ % len(arms)
-    return [*arms[k:], *arms[:k]]
 
 
 def arm_medians(rates: Sequence[Sequence[float | None]]) -> list[float | None]:

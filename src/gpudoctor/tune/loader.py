@@ -12,10 +12,10 @@ on a given machine). Stages, each on real training steps fed by the real loader:
 3. ``pin_memory`` off then on (CUDA only);
 4. ``persistent_workers``: the wait for the first batch of the next epoch, off then on.
 
-Each stage keeps the cheapest setting within the tolerance of the fastest. A loader trial's rate is
-that of the whole trial (about one epoch or 3 s of the GPU's work), worker start-up and queue
-filling included: a few steps served from a full prefetch queue would hide a loader that cannot
-keep up.
+Each stage keeps the cheapest setting within the tolerance of the fastest. A loader trial is timed
+past its warm-up (workers started, queues filled) over about 3 s of the GPU's work (or one epoch),
+so a loader that cannot keep up drains its queue inside the window; the cost of starting workers
+at each epoch is measured on its own (step 4).
 """
 
 from __future__ import annotations
@@ -49,9 +49,8 @@ def _rate(trial: Trial) -> float | None:
 
 
 def _steps(ctx: TuneContext, batch: int) -> int:
-    """Steps per loader trial: one epoch of this rank's shard or about 3 s of the GPU's work,
-    whichever is shorter, at least 4. The rate is taken over the whole trial (worker start and
-    queue filling included), so the trial must be long enough to drain the prefetch queue."""
+    """Measured steps per loader trial: one epoch of this rank's shard or about 3 s of the GPU's
+    work, whichever is shorter, at least 4: long enough to drain the prefetch queue."""
     per_epoch = max(1, len(ctx.target.train_dataset) // ctx.world_size // batch)
     by_time = math.ceil(3.0 * ctx.consumption_rate / batch) if ctx.consumption_rate else ctx.options.steps
     return max(4, min(per_epoch, by_time))
@@ -94,8 +93,10 @@ def tune_loader(ctx: TuneContext) -> KnobResult:
     pin = ctx.cuda
 
     def trial(settings: LoaderSettings, setting: str, params: dict[str, Any]) -> Trial:
+        # timed past the workers' start and the queues' filling (what an epoch's start costs is
+        # measured on its own, step 4): the steady rate the loader sustains
         return ctx.run(ctx.spec("loader", setting, params, mode="loader", batch_size=batch, loader=settings,
-                                warmup=0, steps=steps))
+                                warmup=ctx.options.warmup + 2, steps=steps))
 
     # 1. workers, from the most this rank may use downwards: the fast settings run first, and the
     #    sweep stops at the first count that no longer keeps up (slow 0/1-worker trials are skipped

@@ -2,9 +2,10 @@
 torch.compile, each measured on real steps with the data already on the GPU.
 
 Staged, not a full grid: the dtype is chosen first, then each switch is tried on top of what won so
-far. Every trial also checks its loss: a setting whose loss is not finite is rejected. Among the
-settings within the tolerance of the fastest, the cheapest (earliest listed: fewer changes, fewer
-numerical risks) wins, so noise never picks fp16 over bf16 or compile over eager.
+far, against it (interleaved, each ``repeats`` times). Every trial also checks its loss: a setting
+whose loss is not finite is rejected. A setting must beat the starting one beyond the noise
+(:func:`~gpudoctor.tune.noise.pick`); among those that do, the cheapest (earliest listed: fewer
+changes, fewer numerical risks) wins, so noise never picks fp16 over bf16 or compile over eager.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import dataclasses
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict
-from gpudoctor.tune.search import pick_cheapest
-from gpudoctor.tune.session import TuneContext
+from gpudoctor.tune.noise import pick
+from gpudoctor.tune.session import TuneContext, measured
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
@@ -40,34 +41,44 @@ def _cuda_only_reason(ctx: TuneContext, dtype: str) -> str | None:
     return None
 
 
-def _stage(ctx: TuneContext, options: list[tuple[str, dict[str, Any], Any, str | None]],
-           trials: list[Trial]) -> int | None:
-    """Run one stage (setting, params, config, skip reason); return the winning option's index."""
-    rates: list[float | None] = []
-    for setting, params, config, skip in options:
+def _stage(ctx: TuneContext, options: list[tuple[str, dict[str, Any], Any, str | None]], trials: list[Trial],
+           *, base: int) -> tuple[int | None, str]:
+    """Run one stage (setting, params, config, skip reason), interleaved and repeated; return the
+    winning option's index (``base``, the starting one, unless another beats it beyond the noise)."""
+    runnable = [i for i, (_, _, _, skip) in enumerate(options) if skip is None]
+    rows = ctx.measure([ctx.spec("precision", options[i][0], options[i][1], config=options[i][2]) for i in runnable])
+    by_index = dict(zip(runnable, rows))
+    measures = []
+    for i, (setting, params, _config, skip) in enumerate(options):
         if skip is not None:
             trials.append(ctx.skip("precision", setting, params, skip))
-            rates.append(None)
-            continue
-        trial = ctx.run(ctx.spec("precision", setting, params, config=config))
-        trials.append(trial)
-        rates.append(_rate(trial))
-    return ctx.agree(pick_cheapest(rates, tolerance=ctx.options.tolerance))
+            measures.append(None)
+        else:
+            trials.append(by_index[i])
+            measures.append(measured(by_index[i]))
+    won, why = pick(measures, base=base, tolerance=ctx.options.tolerance)
+    return ctx.agree(won), why
 
 
 def tune_precision(ctx: TuneContext) -> KnobResult:
     """Choose dtype, channels_last, cudnn.benchmark and compile; update ``ctx.config``."""
+    from gpudoctor.train.precision import resolve_dtype
+
     first = len(ctx.trials)
     trials: list[Trial] = []
     notes: list[str] = []
-    # 1. dtype (the other switches as the target set them)
+    # 1. dtype (the other switches as the target set them), against the starting dtype
+    start_dtype = resolve_dtype(ctx.config.precision.dtype, ctx.device)
+    start = DTYPES.index(start_dtype) if start_dtype in DTYPES else 0
     dtype_options = [(d, {"precision.dtype": d}, _dtype_config(ctx, d), _cuda_only_reason(ctx, d)) for d in DTYPES]
-    won = _stage(ctx, dtype_options, trials)
+    won, why = _stage(ctx, dtype_options, trials, base=start)
     if won is None:
         return KnobResult(knob="precision", trials=tuple(ctx.trials[first:]),
                           summary="no precision setting ran cleanly; see the reasons in the table")
+    notes.append(f"dtype {DTYPES[won]}: {why}")
     dtype = DTYPES[won]
-    ctx.config = _dtype_config(ctx, dtype)
+    if won != start or ctx.config.precision.dtype != "auto":
+        ctx.config = _dtype_config(ctx, dtype)
     baseline = trials[won]
     label = dtype
 
@@ -79,22 +90,20 @@ def tune_precision(ctx: TuneContext) -> KnobResult:
 
             current = resolve_channels_last(None, ctx.target.model_factory(), ctx.device)
         other = not current
+        setting = f"{label} {name}={'on' if other else 'off'}"
         if skip is not None:
-            ctx.skip("precision", f"{label} {name}={'on' if other else 'off'}", {f"perf.{field}": other}, skip)
+            ctx.skip("precision", setting, {f"perf.{field}": other}, skip)
             return
         config = ctx.config.replace(perf=dataclasses.replace(ctx.config.perf, **{field: other}))
-        setting = f"{label} {name}={'on' if other else 'off'}"
-        trial = ctx.run(ctx.spec("precision", setting, {f"perf.{field}": other}, config=config))
-        # cost order: off first, then on
-        pair = [baseline, trial] if not current else [trial, baseline]
-        pick = ctx.agree(pick_cheapest([_rate(t) for t in pair], tolerance=ctx.options.tolerance))
-        chosen_value = bool(pick) if pick is not None else current
-        if chosen_value != current:
+        options = [(f"{label} (again)", {}, ctx.config, None), (setting, {f"perf.{field}": other}, config, None)]
+        pair: list[Trial] = []
+        won, why = _stage(ctx, options, pair, base=0)
+        if won == 1:
             ctx.config = config
-            baseline, label = trial, setting
-        elif trial.verdict is TrialVerdict.OK and baseline.samples_per_s and trial.samples_per_s:
-            notes.append(f"{name}={'on' if other else 'off'}: {trial.samples_per_s / baseline.samples_per_s:.2f}x "
-                         "(not taken: within the tolerance or slower)")
+            baseline, label = pair[1], setting
+        else:
+            baseline = pair[0] if measured(pair[0]) else baseline
+        notes.append(f"{name}={'on' if other else 'off'}: {why}" + ("" if won == 1 else " (not taken)"))
 
     switch("channels_last", "channels_last", None)
     switch("cudnn_benchmark", "cudnn.benchmark",
@@ -104,13 +113,17 @@ def tune_precision(ctx: TuneContext) -> KnobResult:
         compile_skip = "compile trial turned off (--no-compile)"
     elif not ctx.cuda:
         compile_skip = "torch.compile is only tried on a GPU (on the CPU compiling takes longer than the trial)"
+    elif ctx.compile_cut:
+        compile_skip = "cut by the budget plan (see the plan); raise --budget-s to include it"
     switch("compile", "compile", compile_skip)
     perf = ctx.config.perf
     params = {"precision.dtype": ctx.config.precision.dtype, "perf.channels_last": perf.channels_last,
               "perf.cudnn_benchmark": perf.cudnn_benchmark, "perf.compile": perf.compile}
     speedup = ""
-    first_ok = next((t for t in ctx.trials[first:] if t.verdict is TrialVerdict.OK and t.samples_per_s), None)
+    first_ok = trials[start] if start < len(trials) and measured(trials[start]) else None
     if first_ok is not None and first_ok is not baseline and baseline.samples_per_s:
         speedup = f" ({baseline.samples_per_s / first_ok.samples_per_s:.2f}x {first_ok.setting})"
+    if baseline.samples_per_s:
+        ctx.consumption_rate = baseline.samples_per_s
     return KnobResult(knob="precision", trials=tuple(ctx.trials[first:]), winner=baseline.setting, params=params,
                       summary=f"{label}{speedup}", notes=tuple(notes))

@@ -44,6 +44,8 @@ class BoundarySearch:
         chosen: ``largest_fit`` minus the margin (the cap itself when the cap was reached).
         probes: every probe, in order.
         capped: the cap, not memory, ended the growth.
+        stopped: ``enough()`` ended the growth (e.g. the throughput stopped rising): the limit
+            was not searched.
     """
 
     largest_fit: int | None
@@ -51,11 +53,13 @@ class BoundarySearch:
     chosen: int | None
     probes: tuple[Probe, ...]
     capped: bool
+    stopped: bool = False
 
 
 def grow_then_bisect(fits: Callable[[int], bool], *, start: int = 1, cap: int, margin: float = 0.05,
                      factor: float = 2.0, resolution: float = 0.01, max_probes: int = 40,
-                     predict: Callable[[int, int], int | None] | None = None) -> BoundarySearch:
+                     predict: Callable[[int, int], int | None] | None = None,
+                     enough: Callable[[], bool] | None = None) -> BoundarySearch:
     """Find the largest ``size`` in ``[start, cap]`` with ``fits(size)`` true.
 
     Args:
@@ -70,6 +74,8 @@ def grow_then_bisect(fits: Callable[[int], bool], *, start: int = 1, cap: int, m
         predict: ``predict(lo, hi)`` -> the size the boundary is probably at (the largest that
             fits), or ``None``; called once, when the first failure has bracketed the boundary.
             A wrong prediction costs probes, never correctness: every answer is a probed size.
+        enough: called after each size that fit while growing; ``True`` stops the growth there
+            (no margin: the size was not near the memory limit).
 
     Raises:
         ValueError: a bad argument, with what to pass instead.
@@ -95,6 +101,9 @@ def grow_then_bisect(fits: Callable[[int], bool], *, start: int = 1, cap: int, m
             lo = size
             if size >= cap:
                 break
+            if enough is not None and enough():
+                return BoundarySearch(largest_fit=lo, smallest_fail=None, chosen=lo, probes=tuple(probes),
+                                      capped=False, stopped=True)
             size = min(cap, max(size + 1, int(size * factor)))
         else:
             hi = size

@@ -260,7 +260,16 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
         result = trainer.fit(data, epochs=epochs)  # ends with a SYNC (the tracker's flush)
         del data
         steady = collect.records[spec.warmup:]
-        if spec.mode == "loader":
+        if spec.mode == "loader" and spec.warmup > 0 and len(collect.records) > spec.warmup:
+            # Steady state: from the end of the last warm-up step (workers started, queues filled,
+            # cuDNN and compile done) to the end of the last step; the loader still has to keep up
+            # over at least a few seconds of steps (the caller sizes them).
+            first, last = collect.records[spec.warmup - 1], collect.records[-1]
+            span = last.t_end_s - first.t_end_s
+            count = len(collect.records) - spec.warmup
+            step_ms = span * 1e3 / count if span > 0 else None
+            rate = sum(r.samples or spec.batch_size for r in steady) / span if span > 0 else None
+        elif spec.mode == "loader":
             # The whole run, from the loader's first batch (workers starting, queues filling) to
             # the last step's end on the GPU: a few steps served from a full prefetch queue would
             # otherwise hide a loader that cannot keep up.

@@ -12,9 +12,7 @@ from gpudoctor.records.memory import AllocatorStats
 from gpudoctor.records.run import DdpConfig, LoaderConfig, RankConfig, RunManifest, WindowSummary
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.step import StepRecord
-
-GIB = 1024**3
-MIB = 1024**2
+from gpudoctor.records.units import GIB, MIB
 
 
 def loader(**kw) -> LoaderConfig:
@@ -30,7 +28,8 @@ def config(rank: int = 0, **kw) -> RankConfig:
                 device_name="NVIDIA H200", cuda_device_index=rank, cudnn_benchmark=True,
                 tf32_matmul=True, tf32_cudnn=True, autocast_dtypes=("bfloat16",),
                 channels_last=True, param_dtypes=("float32",), optimizer="SGD",
-                optimizer_fused=True, loaders=(loader(),), gpu_total_memory_bytes=140 * GIB)
+                optimizer_fused=True, loaders=(loader(),), gpu_total_memory_bytes=140 * GIB,
+                usable_cpus=16, local_world_size=1)
     base.update(kw)
     return RankConfig(**base)
 

@@ -157,3 +157,21 @@ def test_channels_last_nets_and_non_conv_nets_get_no_layout_finding(build):
     conv = (_kernel("sm90_xmma_fprop_implicit_gemm_f32", 20.0), _kernel("nchwToNhwcKernel", 6.0))
     done = build.run(windows={0: build.window(top_kernels=conv)})  # channels_last, benchmark on
     assert not {"GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK"} & set(by_code(diagnose(done)))
+
+
+def test_recompiling_after_warm_up_is_named_with_its_cost(build):
+    # the last batch of each 20-step epoch is smaller: a recompile and a 2 s step each time
+    steps = build.steps(n=60, compiles=lambda i: 1 if i in (0, 19, 39, 59) else 0,
+                        step_ms=lambda i: 2040.0 if i in (0, 19, 39, 59) else 40.0)
+    run = build.run(steps_by_rank={0: steps})
+    f = by_code(diagnose(run))["GD-RUN-RECOMPILE"]
+    # steady steps 6-59 less the window 10-14: 19, 39 and 59 recompiled (step 0 is warm-up)
+    assert f.severity is Severity.WARN and f.title.startswith("torch.compile recompiled 3 frame(s)")
+    assert f.expected_gain == pytest.approx(3 * 2000 / (49 * 40 + 3 * 2000), abs=1e-4)
+    assert "drop_last=True" in f.fix
+    assert "GD-RUN-PERIODIC-STALL" not in by_code(diagnose(run))  # the same slow steps, explained
+
+
+def test_compiling_only_in_warm_up_is_silent(build):
+    run = build.run(steps_by_rank={0: build.steps(compiles=lambda i: 2 if i < 2 else 0)})
+    assert "GD-RUN-RECOMPILE" not in by_code(diagnose(run))

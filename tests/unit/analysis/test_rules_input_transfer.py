@@ -15,7 +15,7 @@ def test_data_loader_bound_with_defaults(build):
     loader = build.loader(num_workers=0, pin_memory=False, persistent_workers=False,
                           prefetch_factor=None, batch_size=128)
     run = build.run(steps_by_rank={0: build.steps(data_wait_ms=24.0, gpu_ms=14.0)},
-                    configs={0: build.config(loaders=(loader,))},
+                    configs={0: build.config(loaders=(loader,), usable_cpus=32, local_world_size=4)},
                     windows={0: build.window(gpu_busy_frac=0.35)})
     f = by_code(diagnose(run))["GD-RUN-DATALOADER"]
     assert f.severity is Severity.WARN
@@ -27,7 +27,8 @@ def test_data_loader_bound_with_defaults(build):
         "prefetch_factor=None, batch_size=128",
         "GPU busy 35.0% of the step",
     )
-    assert "num_workers=8,             # was 0" in f.fix
+    assert "num_workers=7,             # was 0" in f.fix  # 32 CPUs / 4 ranks, one for the trainer
+    assert "# num_workers=7: 8 cores per rank (32 CPUs / 4 ranks on this node) - 1, at most 8" in f.fix
     assert "pin_memory=True" in f.fix and "non_blocking=True" in f.fix
 
 

@@ -261,7 +261,7 @@ def test_stray_launcher_variables_warn(facts_factory):
 def test_small_shm_warns_with_docker_fix(facts_factory):
     f = facts_factory.healthy(1)
     row = rows(R(f, host=R(f.host, shm_total_bytes=64 * 1024**2)))["host.shm"]
-    assert row.verdict is Verdict.WARN and "64 MiB" in row.evidence and "--shm-size" in row.fix
+    assert row.verdict is Verdict.WARN and "64.0 MiB" in row.evidence and "--shm-size" in row.fix
 
 
 def test_few_cpus_and_little_ram_warn(facts_factory):

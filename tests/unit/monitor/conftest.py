@@ -184,10 +184,10 @@ def fake_clock_factory():
 @pytest.fixture
 def stable_commands(monkeypatch):
     """Command lines for the fake pids without depending on the processes of this machine."""
-    import gpudoctor.collectors.nvml as nvml_mod
+    import gpudoctor.collectors.nvml_device as nvml_device
 
     commands = {4242: "python train.py --bf16"}
-    monkeypatch.setattr(nvml_mod, "command_for_pid", lambda pid: commands.get(pid, ""))
+    monkeypatch.setattr(nvml_device, "command_for_pid", lambda pid: commands.get(pid, ""))
     return commands
 
 

@@ -177,11 +177,11 @@ def test_sigint_to_a_real_process_leaves_a_complete_log(tmp_path):
 def test_pid_attributes_the_job_tree(runner, with_fake, monkeypatch):
     import os
 
-    import gpudoctor.collectors.nvml as nvml
+    import gpudoctor.collectors.nvml_device as nvml_device
 
     me = os.getpid()
     with_fake.devices[0].procs.append((me, 1 << 30))
-    monkeypatch.setattr(nvml, "command_for_pid", lambda pid: "pytest" if pid == me else "")
+    monkeypatch.setattr(nvml_device, "command_for_pid", lambda pid: "pytest" if pid == me else "")
     result = runner.invoke(app, ["monitor", "--once", "--pid", str(me)])
     assert result.exit_code == 0, result.output
     import re

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpudoctor.collectors import nvml as nvml_mod
+from gpudoctor.collectors import nvml_device
 from gpudoctor.collectors.cadence import Deadlines, Every
 from gpudoctor.collectors.nvml import GpuSampler
 
@@ -169,7 +169,7 @@ def test_command_lines_are_looked_up_once_per_pid_while_it_stays(
         lookups.append(pid)
         return {4242: "python train.py"}.get(pid, "")
 
-    monkeypatch.setattr(nvml_mod, "command_for_pid", lookup)
+    monkeypatch.setattr(nvml_device, "command_for_pid", lookup)
     h200 = fake_nvml.devices[0]
     s = GpuSampler(nvml=fake_nvml, clock=fake_clock, process_interval=0, indices=[0])
     for _ in range(20):

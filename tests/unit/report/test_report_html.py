@@ -74,17 +74,23 @@ def test_missing_parts_are_said_not_crashed(tmp_path) -> None:
 
 
 def test_verified_fix_section(tmp_path) -> None:
+    from gpudoctor.analysis.try_compare import judge
     from gpudoctor.report.try_view import TryComparison
 
     keys = ("throughput", "step_ms", "data_wait_ms", "gpu_ms", "h2d_ms", "host_syncs")
     before = dict(zip(keys, (7210.0, 18.4, 14.4, 18.8, 0.37, 1.0)))
     after = dict(zip(keys, (29286.9, 4.25, 0.10, 4.59, 0.18, 1.0)))
+    judgement = judge([7210.0, 7250.0], [29286.9, 29000.0])
     comparison = TryComparison(knobs=("num_workers=8", "pin_memory"), unit="samples/s",
-                               before=before, after=after, gain=29286.9 / 7210.0 - 1)
+                               before=before, after=after, gain=judgement.gain, judgement=judgement,
+                               notes=("non_blocking: not applied: no copy from pinned host memory",))
     html = render_report(load_run(make_run(tmp_path / "run")), make_findings(), comparison)
     assert "The fix, verified" in html and "--try num_workers=8,pin_memory" in html
-    assert "<td>throughput (samples/s)</td><td>7,210.0</td><td>29,286.9</td><td>+306%</td>" in html
-    assert "measured gain: +306% throughput with num_workers=8, pin_memory" in html
+    assert "<li>non_blocking: not applied: no copy from pinned host memory</li>" in html
+    assert ("<td>throughput (samples/s, median of runs)</td><td>7,210.0</td><td>29,286.9</td>"
+            "<td>+306%</td>") in html
+    assert ("measured gain: +303% ± 1.0% throughput with num_workers=8, pin_memory "
+            "(n = 2 baseline + 2 try runs): above the run-to-run noise; apply it") in html
 
 
 def test_many_ranks_share_overlay_charts(tmp_path) -> None:

@@ -8,6 +8,11 @@ from gpudoctor.collectors.knobs import Knob, child_env, loader_kwargs, parse_kno
 from gpudoctor.errors import GpuDoctorUserError
 
 
+def test_model_knobs_parse() -> None:
+    assert [str(k) for k in parse_knobs("bf16,channels-last,compile,non_blocking")] == [
+        "bf16", "channels_last", "compile", "non_blocking"]
+
+
 def test_parse_several_knobs() -> None:
     knobs = parse_knobs("num_workers=8, pin_memory,persistent-workers,prefetch_factor=4")
     assert [str(k) for k in knobs] == ["num_workers=8", "pin_memory", "persistent_workers", "prefetch_factor=4"]
@@ -24,6 +29,8 @@ def test_parse_several_knobs() -> None:
         ("num_workers=eight", "'eight' is not a whole number"),
         ("tf32,tf32", "given twice"),
         (" , ", "at least one knob"),
+        ("bf16,fp16", "exclude each other"),
+        ("bf16=1", "takes no value"),
     ],
 )
 def test_bad_specs_say_what_to_fix(spec: str, message: str) -> None:

@@ -39,7 +39,8 @@ def test_reduce_window() -> None:
     # compute kernels [100, 300] + [250, 258]: 200 us; copies [500, 550] + [600, 610], no kernel over them
     assert s.kernel_ms == pytest.approx(0.2) and s.memcpy_ms == pytest.approx(0.06)
     assert s.kernel_count == 3 and s.kernels_under_10us_frac == pytest.approx(1 / 3)
-    assert s.kernel_us_p50 == 100 and s.kernel_us_p90 == 200
+    # durations 8, 100, 200 us: median 100; statistics.quantiles' inclusive p90 = 100 + 0.8 * 100
+    assert s.kernel_us_p50 == 100 and s.kernel_us_p90 == pytest.approx(180)
     assert s.nccl_ms == pytest.approx(0.1) and s.nccl_overlap_frac == pytest.approx(0.2)
     assert (s.sync_calls, s.sync_ms, s.launch_count) == (1, pytest.approx(0.05), 2)
     assert [(o.name, o.count, o.total_us) for o in s.top_ops] == [("aten::addmm", 1, 60.0), ("aten::linear", 1, 40.0)]

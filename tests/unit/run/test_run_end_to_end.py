@@ -198,14 +198,21 @@ def test_ctrl_c_stops_the_child_and_keeps_the_records(tmp_path: Path) -> None:
 
 def test_try_num_workers_prints_before_and_after(tmp_path: Path) -> None:
     _script(tmp_path, "slow.py", run_scripts.SLOW_DATA)
-    result = gpudoctor("run", "--steps", "16", "--no-profile", "--try", "num_workers=2", "--fail-on", "never",
-                       "--out", "rd", "--", sys.executable, "slow.py", cwd=tmp_path, timeout=120)
+    result = gpudoctor("run", "--steps", "16", "--no-profile", "--try", "num_workers=2", "--repeats", "2",
+                       "--json", "--fail-on", "never", "--out", "rd", "--", sys.executable, "slow.py", cwd=tmp_path,
+                       timeout=240)
     assert result.returncode == 0, result.stderr
-    assert "--try: the fix, measured" in result.stdout and "knobs: num_workers=2" in result.stdout
-    assert "measured gain:" in result.stdout
-    base, tried = load_run(tmp_path / "rd" / "baseline"), load_run(tmp_path / "rd" / "try")
+    comparison = json.loads(result.stdout)["comparison"]
+    judgement = comparison["judgement"]
+    # interleaved and repeated: two runs of each (the cap), each with its steady throughput
+    assert [arm for arm, _ in comparison["run_dirs"]] == ["baseline", "try", "baseline", "try"]
+    assert len(judgement["baseline"]) == len(judgement["tried"]) == 2
+    assert judgement["noise"] is not None and judgement["verdict"] in ("faster", "within_noise")
+    assert comparison["knobs"] == ["num_workers=2"]
+    base, tried = load_run(tmp_path / "rd" / "baseline"), load_run(tmp_path / "rd" / "try-2")
     assert base.configs[0].loaders[0].num_workers == 0
     assert tried.configs[0].loaders[0].num_workers == 2 and tried.manifest.knobs == ("num_workers=2",)
+    assert "--try: baseline run 2" in result.stderr
 
 
 def test_bad_knob_is_a_usage_error(tmp_path: Path) -> None:

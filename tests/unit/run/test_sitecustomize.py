@@ -36,7 +36,9 @@ def test_active_with_run_dir(tmp_path: Path) -> None:
     result = _python(PROBE, pythonpath=[str(SITE_DIR)], GPUDOCTOR_RUN_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "wrapped,True"
-    assert list(tmp_path.iterdir()) == []  # no optimizer step: nothing written
+    # no optimizer step: no records; only the stack-dump file every probed process opens (the
+    # parent `gpudoctor run` renames it by rank or removes it when empty)
+    assert all(p.name.startswith("stacks-pid") for p in tmp_path.iterdir())
 
 
 def test_no_torch_import_means_no_probe_cost(tmp_path: Path) -> None:

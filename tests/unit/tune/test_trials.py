@@ -21,7 +21,7 @@ def _ctx(ref: str, isolation: str = "inline") -> TuneContext:
 
     target = load_target(ref)
     runner = TrialRunner(target, ref, isolation=isolation)
-    return TuneContext(target, runner, TuneOptions(steps=2, warmup=1), device=torch.device("cpu"))
+    return TuneContext(target, runner, TuneOptions(steps=2, warmup=1, window_s=0.0), device=torch.device("cpu"))
 
 
 def test_inline_oom_then_the_next_trial_runs() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rich.console import Console
 
 from gpudoctor.records.base import from_dict, to_dict
@@ -25,10 +27,14 @@ def _result() -> TuneResult:
                   reason="out of memory (torch.OutOfMemoryError)"),
             Trial(knob="eval_batch", setting="eval batch=2048", params={"eval_batch_size": 2048},
                   verdict=TrialVerdict.OK, steps=10, samples_per_s=41_000.0, step_ms=49.9, peak_mem_bytes=5 * GiB),
-            Trial(knob="batch", setting="batch=486 (chosen)", params={"batch_size": 486}, verdict=TrialVerdict.OK,
-                  steps=11, samples_per_s=14_900.0, step_ms=32.6, data_wait_ms=0.02, peak_mem_bytes=6 * GiB),
+            Trial(knob="batch", setting="batch=256 (starting)", params={"batch_size": 256}, verdict=TrialVerdict.OK,
+                  steps=15, samples_per_s=9_700.0, step_ms=26.4, data_wait_ms=0.02, peak_mem_bytes=3 * GiB,
+                  rates=(9_650.0, 9_750.0), spread=0.005),
+            Trial(knob="batch", setting="batch=486 (candidate)", params={"batch_size": 486}, verdict=TrialVerdict.OK,
+                  steps=15, samples_per_s=14_900.0, step_ms=32.6, data_wait_ms=0.02, peak_mem_bytes=6 * GiB,
+                  rates=(14_600.0, 15_200.0), spread=0.02),
         ),
-        winner="batch=486 (chosen)", params={"batch_size": 486, "eval_batch_size": 2048},
+        winner="batch=486 (candidate)", params={"batch_size": 486, "eval_batch_size": 2048},
         summary="per-device batch 486 (largest that fit: 512); eval batch 2048",
         notes=("largest batch that fit: 512; first that did not: 1024; margin 5% -> 486",),
     )
@@ -44,16 +50,28 @@ def _result() -> TuneResult:
         ),
         winner="fp32", params={"precision.dtype": "fp32"}, summary="fp32",
     )
-    ddp = KnobResult(knob="ddp", summary="time budget (240 s) spent; not tuned")
+    ddp = KnobResult(knob="ddp", summary="cut by the budget plan (the budget had 12 s left for it); it needs ~95 s "
+                                         "for ~13 trials: raise --budget-s")
+    confirm = KnobResult(knob="confirm", trials=(
+        Trial(knob="confirm", setting="starting configuration (batch 256)", params={}, verdict=TrialVerdict.OK,
+              steps=120, samples_per_s=9_500.0, step_ms=26.9, data_wait_ms=0.4, rates=(9_400.0, 9_500.0, 9_600.0),
+              spread=0.011),
+        Trial(knob="confirm", setting="tuned configuration (batch 486)", params={}, verdict=TrialVerdict.OK,
+              steps=110, samples_per_s=9_300.0, step_ms=52.3, data_wait_ms=21.0, rates=(9_000.0, 9_300.0, 9_500.0),
+              spread=0.027)),
+        winner="starting configuration (batch 256)",
+        summary="tuned 9,300 vs starting 9,500 samples/s, 0.98x round by round (inside the +-3% noise): the "
+                "starting configuration is kept and nothing is written")
     return TuneResult(target="bench.tune:target", device="cuda:0 (NVIDIA H200)", world_size=2,
-                      knobs=(precision, batch, ddp), config={"batch_size": 486}, loader={"eval_batch_size": 2048},
-                      config_path="tuned.toml", loader_path="tuned.loader.toml", elapsed_s=61.4, interrupted=True)
+                      knobs=(precision, batch, ddp, confirm), config={"batch_size": 256}, loader={},
+                      elapsed_s=61.4, kept_start=True, plan=("budget 300 s",))
 
 
-def test_tune_table_golden(golden) -> None:
+@pytest.mark.parametrize("width", [80, 120])
+def test_tune_table_golden(golden, width: int) -> None:
     buf = io.StringIO()
-    Console(file=buf, width=100, color_system=None).print(render_tune(_result()))
-    golden("tune/tune_view.txt", buf.getvalue())
+    Console(file=buf, width=width, color_system=None).print(render_tune(_result()))
+    golden(f"tune/tune_view_{width}.txt", buf.getvalue())
 
 
 def test_trial_lines_golden(golden) -> None:

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 from gpudoctor.records.env import DriverFacts, GpuInfo, GpuMemoryUser
+from gpudoctor.records.units import MIB
 
-MIB = 1024 * 1024
 SMI_QUERY = "index,name,uuid,memory.total,memory.used,driver_version"
 _PCI_ROOT = Path("/sys/bus/pci/devices")
 

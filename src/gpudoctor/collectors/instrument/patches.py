@@ -266,7 +266,7 @@ def _patch_backward(torch: Any) -> None:
         if not S.quiet and not _is_compiling():
             loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
             if isinstance(loss, torch.Tensor):
-                scaled = S.last_scaled
+                scaled, S.last_scaled = S.last_scaled, None  # used once: a later tensor may reuse the id
                 if scaled is not None and scaled[0] == id(loss):
                     loss = scaled[1]  # report the unscaled loss, not the GradScaler's product
                 S.last_loss = loss

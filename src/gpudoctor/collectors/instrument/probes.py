@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
 import weakref
 from pathlib import Path
@@ -175,6 +176,21 @@ def scaler_skipped_step(optimizer: Any) -> None:
         boundary(skipped=True)
 
 
+def _compiled_frames_delta() -> int | None:
+    """Frames TorchDynamo compiled since the last step boundary (its ``counters["frames"]["ok"]``),
+    ``None`` while the script has not imported TorchDynamo (it is never imported here: that
+    alone costs a second)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        total = int(utils.counters["frames"]["ok"])
+    except Exception:  # noqa: BLE001 - a torch whose counters differ: not measured
+        return None
+    delta, S.compiled_frames = total - S.compiled_frames, total
+    return delta
+
+
 def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
     """End the current step: close its record, read what is ready, maybe flush or stop.
 
@@ -204,6 +220,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "tokens": S.tokens,
             "micro_steps": max(S.backwards, 1),
             "empty_cache_calls": S.empty_cache,
+            "compiles": _compiled_frames_delta(),
             "scaler_skipped": skipped,
         }
         waiting: set[str] = set()

@@ -72,8 +72,34 @@ def capture(state: Any) -> RankConfig:
         backend=backend,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", "")),
+        usable_cpus=_usable_cpus(),
+        local_world_size=_local_world_size(world),
+        knob_notes=_knob_notes(cuda_index, device),
         **fields,
     )
+
+
+def _usable_cpus() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count()
+
+
+def _local_world_size(world: int) -> int:
+    """Ranks on this node: torchrun's ``LOCAL_WORLD_SIZE``, else all ranks (one node)."""
+    try:
+        return int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    except ValueError:
+        return world
+
+
+def _knob_notes(cuda_index: int | None, device: Any) -> tuple[str, ...]:
+    from gpudoctor.collectors.instrument import inject
+
+    if not inject.I.knobs:
+        return ()
+    return inject.notes(f"cuda:{cuda_index}" if cuda_index is not None else device.type)
 
 
 def _params(optimizer: Any) -> list:

@@ -51,6 +51,7 @@ class State:
         self.loader_configs: dict[int, Any] = {}
         self.info: dict[str, Any] = {}  # config facts seen by the patches (autocast, ddp, ...)
         self.finished = False
+        self.compiled_frames = 0  # TorchDynamo's compiled-frame counter at the last boundary
 
     def adopt(self) -> None:
         """In a forked training rank: this process's own state, keeping the installed settings

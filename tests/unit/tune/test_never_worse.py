@@ -1,0 +1,109 @@
+"""Never worse than the start: a budget spent mid-search keeps the starting batch, and a tuned
+configuration that loses its confirmation is not written (the starting one is kept, and why)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.records.tune import TrialVerdict
+from gpudoctor.train import TrainConfig
+from gpudoctor.tune import session
+from gpudoctor.tune.session import TuneOptions, tune
+
+HERE = Path(__file__).parent
+REF = f"{HERE / 'tiny_target.py'}:target"
+OOM_REF = f"{HERE / 'tiny_target.py'}:oom_target"
+FAST = TuneOptions(steps=2, warmup=1, window_s=0.0, repeats=2)
+START_BATCH = 16  # tiny_target's configured batch
+
+
+def _fake_rates(monkeypatch: pytest.MonkeyPatch, tuned_factor: float) -> list:
+    """Make throughput grow with the batch (so the search moves up) and the confirmation's tuned
+    runs ``tuned_factor`` times the starting ones; return the specs run."""
+    real_run = session.TrialRunner.run
+    specs: list = []
+
+    def run(self, spec):
+        specs.append(spec)
+        trial = real_run(self, spec)
+        if trial.verdict is not TrialVerdict.OK:
+            return trial
+        rate = 100.0 * spec.batch_size
+        if spec.knob == "confirm":
+            rate = 100.0 * START_BATCH * (tuned_factor if spec.setting.startswith("tuned") else 1.0)
+        return dataclasses.replace(trial, samples_per_s=rate)
+
+    monkeypatch.setattr(session.TrialRunner, "run", run)
+    return specs
+
+
+def test_budget_spent_mid_search_writes_the_starting_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = _fake_rates(monkeypatch, tuned_factor=2.0)
+    real = session.TuneContext.out_of_time
+
+    def out_of_time(self) -> bool:  # the budget runs out after the batch search's second probe
+        if not self.confirming and sum(1 for s in specs if s.knob == "batch") >= 2:
+            return True
+        return real(self)
+
+    monkeypatch.setattr(session.TuneContext, "out_of_time", out_of_time)
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    batch = next(k for k in result.knobs if k.knob == "batch")
+    assert "starting values kept" in batch.summary
+    assert [t.params["batch_size"] for t in batch.trials] == [16, 32]  # it started at the configured batch
+    assert result.config["batch_size"] == START_BATCH
+    assert TrainConfig.from_file(result.config_path).batch_size == START_BATCH  # not 15, not the largest seen
+
+
+def test_search_starts_at_the_configured_batch_and_moves_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_rates(monkeypatch, tuned_factor=2.0)
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    batch = next(k for k in result.knobs if k.knob == "batch")
+    probes = [t.params["batch_size"] for t in batch.trials if t.knob == "batch"]
+    assert probes[0] == START_BATCH and min(probes) == START_BATCH
+    assert result.config["batch_size"] > START_BATCH  # faster beyond the noise, and confirmed
+    confirm = next(k for k in result.knobs if k.knob == "confirm")
+    assert "written" in confirm.summary and result.config_path is not None and not result.kept_start
+    assert all(t.spread is not None and len(t.rates) == 3 for t in confirm.trials)
+
+
+def test_a_confirmation_that_loses_keeps_the_starting_configuration(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_rates(monkeypatch, tuned_factor=0.5)
+    out = tmp_path / "tuned.toml"
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=out)
+    confirm = next(k for k in result.knobs if k.knob == "confirm")
+    assert [t.setting.split(" (")[0] for t in confirm.trials] == ["starting configuration", "tuned configuration"]
+    assert "0.50x" in confirm.summary and "starting configuration is kept" in confirm.summary
+    assert result.kept_start and result.config_path is None and not out.exists()
+    assert result.config["batch_size"] == START_BATCH
+
+
+def test_a_confirmation_inside_the_noise_keeps_the_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_rates(monkeypatch, tuned_factor=1.01)  # 1% faster: inside the 3% tolerance
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    confirm = next(k for k in result.knobs if k.knob == "confirm")
+    assert "inside" in confirm.summary and result.kept_start and result.config_path is None
+
+
+def test_plan_and_reference_come_first_and_trials_are_repeated() -> None:
+    result = tune(["precision"], target_ref=REF, options=FAST, out=None)
+    plan, precision = result.knobs[0], result.knobs[1]
+    assert plan.knob == "plan" and plan.trials[0].verdict is TrialVerdict.OK
+    assert any("precision:" in line for line in result.plan)
+    ran = [t for t in precision.trials if t.verdict is TrialVerdict.OK]
+    assert ran and all(len(t.rates) == 2 and t.spread is not None for t in ran)
+    assert any(n.startswith(("dtype fp32:", "dtype bf16:")) for n in precision.notes)
+
+
+def test_stage_cut_by_the_plan_is_named_with_its_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor.tune import plan
+
+    monkeypatch.setattr(plan, "LOADER_TRIAL_S", 10_000.0)  # the loader stage cannot fit any budget
+    result = tune(["batch", "loader"], target_ref=REF, options=dataclasses.replace(FAST, budget_s=300.0), out=None)
+    loader = next(k for k in result.knobs if k.knob == "loader")
+    assert loader.summary.startswith("cut by the budget plan") and "needs ~" in loader.summary
+    assert any(line.startswith("loader: cut") for line in result.plan)
