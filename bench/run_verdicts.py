@@ -71,7 +71,7 @@ def plan(gpus: int, only: set[str] | None) -> list[tuple[Workload, int]]:
 def run_one(w: Workload, nproc: int, run_dir: Path, size: str, steps: int, timeout_s: float) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    cmd = [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--out", str(run_dir),
+    cmd = [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--fail-on", "never", "--out", str(run_dir),
            "--", *w.argv(size=size, steps=steps + 20, python=sys.executable, nproc=nproc)]
     t0 = time.perf_counter()
     try:

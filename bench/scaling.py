@@ -164,7 +164,8 @@ def straggler_part(world: int, *, quick: bool, cpu: bool, timeout_s: float, dead
     tmp = Path(tempfile.mkdtemp(prefix="gpudoctor-scaling-"))
     try:
         run_dir = tmp / "run"
-        cmd = [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--out", str(run_dir), "--",
+        cmd = [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--fail-on", "never",
+               "--out", str(run_dir), "--",
                *workload.argv(size=size, steps=steps + 20, python=sys.executable, nproc=world),
                "--straggler-rank", str(slow)]
         out = {"world_size": world, "planted_rank": slow, "workload": workload.name, "size": size,

@@ -34,7 +34,7 @@ def test_rank_zero_can_be_the_straggler(tmp_path: Path) -> None:
     env["CUDA_VISIBLE_DEVICES"] = ""
     argv = WORKLOADS["straggler"].argv(size="tiny", steps=50, python=sys.executable, nproc=2)
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "run", "--steps", "30", "--out", "rd", "--", *argv,
+        [sys.executable, "-m", "gpudoctor", "run", "--steps", "30", "--fail-on", "never", "--out", "rd", "--", *argv,
          "--straggler-rank", "0"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )

@@ -50,7 +50,7 @@ def test_every_row_passes_within_10_s():
     n = _gpu_count()
     if n == 0:
         _skip("no GPU")
-    out, elapsed = _check("--json")
+    out, elapsed = _check("--json", "--fail-on", "error")  # a WARN row (e.g. TF32 off) is allowed here
     payload = json.loads(out.stdout)
     rows = {r["name"]: r for r in payload["results"]}
     failed = {k: r["evidence"] for k, r in rows.items() if r["verdict"] == "fail"}
@@ -84,7 +84,7 @@ def test_freeze_and_against_itself():
         _skip("no GPU")
     with tempfile.TemporaryDirectory() as tmp:
         frozen = Path(tmp) / "env.json"
-        out, _ = _check("--freeze", str(frozen))
+        out, _ = _check("--freeze", str(frozen), "--fail-on", "error")
         assert out.returncode == 0, out.stdout[-2000:]
         data = json.loads(frozen.read_text())["data"]
         assert data["torch_variant"].startswith("cu") and data["driver_version"]

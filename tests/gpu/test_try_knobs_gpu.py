@@ -83,7 +83,8 @@ def _one_run(tmp: Path, knobs: str, steps: int = 30):
 def test_bf16_on_the_fp32_convnet_is_measured_above_the_noise(tmp_path: Path) -> None:
     _need_gpu()
     result = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "run", "--json", "--try", "bf16", "--out", str(tmp_path / "rd"),
+        [sys.executable, "-m", "gpudoctor", "run", "--json", "--fail-on", "never", "--try", "bf16",
+         "--out", str(tmp_path / "rd"),
          "--", sys.executable, "-m", "gpudoctor.workloads.fp32_convnet", "--size", "medium", "--steps", "1000"],
         env=_env(), capture_output=True, text=True, timeout=580,
     )

@@ -128,6 +128,14 @@ def runtime_rows(facts: EnvFacts) -> list[CheckResult]:
     torch, probe = facts.torch, facts.probe
     rows = []
     if torch is None:
+        if not facts.host.torch_installs and "No module named 'torch'" in (probe.error or probe.stderr_tail):
+            # gpudoctor's core install: no torch at all, nothing broken
+            return [row(L.RUNTIME, "torch.build", Verdict.FAIL,
+                        "torch is not installed, so nothing can train here (gpudoctor's core install "
+                        "has no torch; lint, explain, monitor, diagnose and report need none)",
+                        "pip install 'gpudoctor[torch]' brings the newest CUDA build; for one that fits "
+                        f"this driver, install torch from PyTorch's {cuda_tag(_fitting_cuda(facts))} wheel "
+                        "index first (pytorch.org's install selector prints the exact command)")]
         if probe.status == "timeout" and probe.stage == "import torch":
             why = f"`import torch` did not finish within {probe.timeout_s:g} s"
         else:

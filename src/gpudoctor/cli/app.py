@@ -29,17 +29,54 @@ COMMAND_MODULES = (
 )
 
 
+# One line each in `gpudoctor --help` (the docstrings' first sentences are cut at 80 columns).
+SHORT_HELP = {
+    "doctor": "The full check-up: check, run, diagnose, prove the fix, report.",
+    "check": "Check the GPU stack layer by layer; say how to fix it.",
+    "run": "Run a training command under the probes and diagnose it.",
+    "diagnose": "Re-analyse a recorded run directory.",
+    "report": "Render a run directory as an offline HTML report.",
+    "monitor": "Watch and log GPU and host use.",
+    "bench": "Measure this machine's matmul, copy and collective ceilings.",
+    "lint": "Find GPU-training anti-patterns in code, statically.",
+    "explain": "Explain an error or a log: cause, how to verify, the fix.",
+    "tune": "Tune batch, loader, precision, scaler and DDP by measuring.",
+    "memory": "Estimate, record and explain training memory.",
+}
+
+
 class _Root(typer.core.TyperGroup):
-    """The root group: a user error anywhere below becomes a clear message and exit code 2."""
+    """The root group: a user error anywhere below becomes a clear message and exit code 2; a
+    command that needs the torch extra says so when torch is missing (:mod:`gpudoctor.cli.extras`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, command in self.commands.items():
+            command.short_help = SHORT_HELP.get(name, command.short_help)
+        from gpudoctor.cli.extras import guard_torch_commands
+
+        guard_torch_commands(self)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except GpuDoctorUserError as exc:
-            from gpudoctor.cli.output import EXIT_USAGE, stderr_console
+            _usage_error(str(exc))
+        except ModuleNotFoundError as exc:  # torch imported somewhere not guarded up front
+            if (exc.name or "").partition(".")[0] != "torch":
+                raise
+            from gpudoctor.cli.extras import missing_torch_message
 
-            stderr_console().print(f"[bold red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(EXIT_USAGE) from None
+            _usage_error(missing_torch_message(ctx.invoked_subcommand or "this command"))
+
+
+def _usage_error(message: str):
+    from rich.text import Text
+
+    from gpudoctor.cli.output import EXIT_USAGE, stderr_console
+
+    stderr_console().print(Text.assemble(("error:", "bold red"), " ", message))
+    raise typer.Exit(EXIT_USAGE) from None
 
 
 app = typer.Typer(
@@ -52,7 +89,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    # click's plain help: paragraphs reflowed to the terminal, \b blocks (Examples) kept verbatim,
+    # no type noise after flags, [brackets] shown as written
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 

@@ -34,7 +34,15 @@ def register(app: typer.Typer) -> None:
         workers: str = typer.Option("0,2,4", "--workers", help="Loader num_workers values, comma list."),
         batch_size: int = typer.Option(64, "--batch-size", help="Loader batch size."),
     ) -> None:
-        """Measure this machine's ceilings: matmul per dtype, copies, collectives, DataLoader."""
+        """Measure this machine's ceilings: matmul per dtype, copies, collectives, DataLoader.
+
+        \b
+        Examples:
+          gpudoctor bench --quick
+          gpudoctor bench matmul --dtypes bf16,fp16 --sizes 4096,8192
+          gpudoctor bench collectives --nproc 8 --sizes 1M,256M
+          gpudoctor bench loader --dataset mydata.py:make_dataset --workers 0,4,8
+        """
         from gpudoctor.analysis.bench_rules import judge
         from gpudoctor.bench.suite import BenchOptions, parse_sizes, run_bench
         from gpudoctor.cli.output import EXIT_FINDINGS, emit_json, stdout_console

@@ -2,8 +2,9 @@
 context → compute → libraries → communication → host), with ``--freeze`` / ``--against``.
 
 Parses options, gathers facts (or reads recorded ones with ``--facts``), applies the pure
-rules, renders. Exit codes: 0 every row passes (warnings allowed), 1 a row or a frozen-env
-difference fails, 2 a usage error.
+rules, renders. Exit codes (the contract of :mod:`gpudoctor.cli.output`): a FAIL row or frozen-env
+difference counts as an error finding, a WARN as a warning; 1 when one is at or above
+``--fail-on`` (default warn), else 0; 2 a usage error.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from gpudoctor.cli.output import EXIT_FINDINGS, EXIT_OK, emit_json, fail, stdout_console
+from gpudoctor.cli.output import FAIL_ON_HELP, FailOn, emit_json, exit_code, fail, stdout_console
 
 
 def _read_facts(path: Path):
@@ -62,14 +63,31 @@ def register(app: typer.Typer) -> None:
         facts_file: Optional[Path] = typer.Option(
             None, "--facts", metavar="FILE",
             help="Judge facts recorded earlier (a `check --json` output) instead of probing this machine."),
+        fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP + " A FAIL row is an "
+                                       "error, a WARN row a warning."),
     ) -> None:
-        """Check the GPU stack layer by layer: which layer is broken, and how to fix it."""
+        """Check the GPU stack layer by layer: which layer is broken, and how to fix it.
+
+        Layers, bottom first: driver, runtime (torch's CUDA), device files, context, compute,
+        libraries (cuDNN, NCCL), communication, host. Without torch (the core install) the torch
+        layers are skipped and say so.
+
+        Exit codes: 0 no row at or above --fail-on; 1 a row (or a difference from --against) at
+        or above --fail-on (default warn; a FAIL row is an error); 2 usage or input error; 130
+        interrupted.
+
+        \b
+        Examples:
+          gpudoctor check
+          gpudoctor check --freeze env.json      # on the machine that works
+          gpudoctor check --against env.json     # on the one that does not
+          gpudoctor check --json --fail-on error
+        """
         if timeout <= 0:
             fail(f"--timeout must be a positive number of seconds, got {timeout}; try 60")
         from gpudoctor.analysis.env_diff import KIND, diff, freeze as freeze_env
         from gpudoctor.analysis.env_rules import check_env
         from gpudoctor.records.base import SCHEMA_VERSION, write_json
-        from gpudoctor.records.env import Verdict
 
         frozen_there = _read_frozen(against) if against is not None else None  # fail before probing
         if facts_file is not None:
@@ -86,8 +104,7 @@ def register(app: typer.Typer) -> None:
                 write_json(freeze, here, kind=KIND)
             except OSError as exc:
                 fail(f"cannot write {freeze} ({exc}); choose a writable path")
-        failed = report.worst is Verdict.FAIL or any(
-            d.verdict is Verdict.FAIL for d in differences or ())
+        verdicts = [r.verdict.value for r in report.results] + [d.verdict.value for d in differences or ()]
         if json_output:
             emit_json({"schema_version": SCHEMA_VERSION, "kind": "gpudoctor.check",
                        "verdict": report.worst, "summary": report.summary,
@@ -98,4 +115,4 @@ def register(app: typer.Typer) -> None:
 
             render_check(stdout_console(), report, differences=differences,
                          against=str(against or ""), frozen_to=str(freeze or ""))
-        raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)
+        raise typer.Exit(exit_code(verdicts, fail_on=fail_on))

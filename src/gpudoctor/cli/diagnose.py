@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 
+from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
 # what the findings of a run depend on besides its records: the rules and the data they read
@@ -125,12 +126,26 @@ def _plain(breakdown: Any) -> dict:
 def register(app: typer.Typer) -> None:
     @app.command()
     def diagnose(
-        run_dir: Path = typer.Argument(..., help="A run directory made by `gpudoctor run`."),
+        run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run`."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON."),
         top: int = typer.Option(5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none)."),
+        fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
     ) -> None:
-        """Re-analyse a recorded run directory and print its findings."""
-        from gpudoctor.cli.output import emit_json, stdout_console
+        """Re-analyse a recorded run directory and print its findings.
+
+        The analysis is pure, so a run recorded on a GPU machine can be diagnosed anywhere, without
+        torch. findings.json in RUN_DIR is rewritten.
+
+        Exit codes: 0 no finding at or above --fail-on; 1 findings at or above --fail-on (default
+        warn); 2 usage or input error (no such directory, a damaged run); 130 interrupted.
+
+        \b
+        Examples:
+          gpudoctor diagnose gpudoctor-runs/20261201-101500-train
+          gpudoctor diagnose RUN_DIR --json > findings.json
+          gpudoctor diagnose RUN_DIR --fail-on error   # CI: fail on errors only
+        """
+        from gpudoctor.cli.output import emit_json, exit_code, stdout_console
 
         run = load(run_dir)
         findings = analyse(run)
@@ -138,3 +153,4 @@ def register(app: typer.Typer) -> None:
             emit_json(payload(run, findings))
         else:
             render(run, findings, stdout_console(), top=top)
+        raise typer.Exit(exit_code([f.severity.value for f in findings or ()], fail_on=fail_on))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from gpudoctor.cli.output import FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stderr", ".stdout")
@@ -80,16 +81,34 @@ def register(app: typer.Typer) -> None:
     def explain(
         source: str = typer.Argument(
             None,
-            help="An error message, a log file, or '-' to read stdin.",
+            metavar="SOURCE",
+            help="An error message, a log file, '-' to read stdin, or a lint code (GD502).",
             show_default=False,
         ),
         json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        fail_on: FailOn = typer.Option(
+            FailOn.WARN, "--fail-on",
+            help="Exit 1 when a known failure at least this severe matched (catalog entries are errors "
+            "or warnings): info, warn, error, or never."),
     ) -> None:
         """Explain a GPU-training error or log: root cause, how to verify it, and the fix.
 
-        Exit code 0 when a known failure matched, 1 when none did, 2 for bad input.
+        Finds the failures it knows in the text, picks the root cause out of a multi-rank log, and
+        says for each what causes it, how to verify that, and how to fix it. A lint code prints
+        that rule's page.
+
+        Exit codes: 0 no known failure matched (what could be extracted is shown); 1 a known
+        failure at or above --fail-on matched (default warn); 2 usage or input error (a missing
+        file, a directory, empty or binary input); 130 interrupted.
+
+        \b
+        Examples:
+          gpudoctor explain "RuntimeError: CUDA error: device-side assert triggered"
+          gpudoctor explain train.log
+          python train.py 2>&1 | gpudoctor explain -
+          gpudoctor explain GD502
         """
-        from gpudoctor.cli.output import EXIT_FINDINGS, emit_json, fail, stdout_console
+        from gpudoctor.cli.output import emit_json, exit_code, fail, stdout_console
         from gpudoctor.explain import explain_text
 
         if source is not None and re.fullmatch(r"(?i)GD\d{3}", source.strip()):
@@ -117,5 +136,4 @@ def register(app: typer.Typer) -> None:
             from gpudoctor.report.explain_view import render_explain
 
             render_explain(report, stdout_console())
-        if not report.matches:
-            raise typer.Exit(EXIT_FINDINGS)
+        raise typer.Exit(exit_code([m.severity for m in report.matches], fail_on=fail_on))

@@ -11,23 +11,37 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def lint(
         paths: Optional[list[str]] = typer.Argument(
-            None, help="Files or directories to check (default: .); `-` reads one file from stdin."),
+            None, metavar="PATH", help="Files or directories to check (default: .); `-` reads one file from stdin."),
         select: Optional[list[str]] = typer.Option(
-            None, "--select", help="Only these codes or prefixes, e.g. GD1,GD302 (GD9xx rules are off unless selected)."),
-        ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Skip these codes or prefixes."),
+            None, "--select", metavar="CODES", help="Only these codes or prefixes, e.g. GD1,GD302 (GD9xx rules are off unless selected)."),
+        ignore: Optional[list[str]] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."),
         fix: bool = typer.Option(False, "--fix", help="Rewrite the safely fixable violations in place (atomically)."),
         diff: bool = typer.Option(False, "--diff", help="Show what --fix would change, as a unified diff; write nothing."),
         output_format: str = typer.Option(
-            "text", "--output-format", "--format", help="Output format: text, json, sarif, github or junit."),
+            "text", "--output-format", "--format", metavar="FORMAT", help="Output format: text, json, sarif, github or junit."),
         statistics: bool = typer.Option(False, "--statistics", help="Show a count per code instead of each violation."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON (same as --output-format json)."),
         exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when violations are found."),
         stdin_filename: Optional[str] = typer.Option(
-            None, "--stdin-filename", help="The name to report (and match per-file-ignores) for stdin input."),
+            None, "--stdin-filename", metavar="NAME", help="The name to report (and match per-file-ignores) for stdin input."),
         no_config: bool = typer.Option(False, "--isolated", help="Ignore [tool.gpudoctor.lint] in pyproject.toml."),
     ) -> None:
-        """Check Python files and shell launch scripts for GPU-training anti-patterns (exit 1 when
-        anything is found). Settings come from [tool.gpudoctor.lint] in the nearest pyproject.toml."""
+        """Check Python files and shell launch scripts for GPU-training anti-patterns.
+
+        Static: nothing is imported or run. Settings come from [tool.gpudoctor.lint] in the nearest
+        pyproject.toml; `# noqa: GD502` silences one line. `gpudoctor explain GD502` shows a rule.
+
+        Exit codes (ruff's convention): 0 no violation (or --exit-zero); 1 violations found; 2
+        usage or input error; 130 interrupted.
+
+        \b
+        Examples:
+          gpudoctor lint
+          gpudoctor lint train.py scripts/ --select GD1,GD502
+          gpudoctor lint --diff train.py
+          gpudoctor lint --fix train.py
+          gpudoctor lint --output-format github src/
+        """
         from gpudoctor.cli.output import EXIT_FINDINGS, EXIT_OK
         from gpudoctor.errors import GpuDoctorUserError
         from gpudoctor.lint import FORMATS, render

@@ -25,8 +25,9 @@ memory_app = typer.Typer(
 
 @memory_app.command("estimate")
 def estimate(
-    model: str = typer.Option(..., "--model", help="MODULE:FUNCTION returning the nn.Module, "
-                              "e.g. torchvision.models:resnet50."),
+    model: str = typer.Option(..., "--model", help="MODULE:FUNCTION or path/to/file.py:FUNCTION returning "
+                              "the nn.Module, e.g. torchvision.models:resnet50 (modules in the current folder "
+                              "are found)."),
     input_spec: str = typer.Option(..., "--input", help="image:CxHxW:CLASSES or tokens:SEQ:VOCAB."),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Per-GPU batch size to estimate."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adam, sgd or sgd_momentum."),
@@ -42,6 +43,13 @@ def estimate(
     Weights, gradients and optimizer state are counted; activations are measured by training two
     small batches for real and scaling linearly (on a GPU, the allocator's peaks; on a CPU, the
     tensors autograd saves). Also prints the largest batch that fits on the GPU.
+
+    \b
+    Examples:
+      gpudoctor memory estimate --model torchvision.models:resnet50 \\
+          --input image:3x224x224:1000 -b 64
+      gpudoctor memory estimate --model mymodels.py:build \\
+          --input tokens:1024:50257 -b 8 --precision bf16
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.errors import GpuDoctorUserError
@@ -67,7 +75,8 @@ def estimate(
         stdout_console().print(render_estimate(result))
 
 
-@memory_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@memory_app.command("run", context_settings={"allow_extra_args": True, "allow_interspersed_args": False},
+                    options_metavar="[OPTIONS] [--] COMMAND [ARGS]...")
 def run(
     ctx: typer.Context,
     steps: int = typer.Option(20, "--steps", help="Stop after N optimizer steps (the per-step curve)."),
@@ -81,9 +90,17 @@ def run(
 ) -> None:
     """Run a training command and show where its GPU memory goes, stage by stage.
 
-    Put the command after --, e.g. gpudoctor memory run --steps 20 -- python train.py
+    The command follows the options (the first word that is not one, or after --). Records the
+    allocator at the model, batch, forward, backward and optimizer stages of the first K steps,
+    the per-step curve, and on an out-of-memory error the live allocations by source line plus a
+    snapshot for PyTorch's memory viewer. Needs a CUDA GPU
+    for the figures. Memory mode resets the peak counter at each stage and records allocation
+    stacks: use gpudoctor run for speed. The script's own exit code passes through.
 
-    Records the allocator at the model, batch, forward, backward and optimizer stages of the first K steps, the per-step curve, and on an out-of-memory error the live allocations by source line plus a snapshot for PyTorch's memory viewer. Needs a CUDA GPU for the figures. Memory mode resets the peak counter at each stage and records allocation stacks: use gpudoctor run for speed.
+    \b
+    Examples:
+      gpudoctor memory run -- python train.py --batch-size 64
+      gpudoctor memory run --steps 20 --stages 2 -- python -m mypkg.train
     """
     from gpudoctor.cli.output import emit_json, stderr_console, stdout_console
     from gpudoctor.collectors.launch import default_run_dir, resolve_command
@@ -118,13 +135,22 @@ def run(
 
 @memory_app.command("show")
 def show(
-    path: Path = typer.Argument(..., help="An OOM snapshot (oom-rank0.json, oom.json) or the folder holding "
+    path: Path = typer.Argument(..., metavar="PATH", help="An OOM snapshot (oom-rank0.json, oom.json) or the folder holding "
                                 "them (the engine's robust.oom_dir / checkpoint.dir, a memory run directory)."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show why an out-of-memory error happened, from the snapshot written at the error.
 
-    Prints what was allocated, reserved and free, the top allocation sites (live bytes by the Python line that allocated them), the verdict (shortage or fragmentation) with the fixes ranked, and how to open the full snapshot in PyTorch's memory viewer. The engine (robust.oom_snapshot) and gpudoctor memory run write these files. A folder shows every rank's file.
+    Prints what was allocated, reserved and free, the top allocation sites (live bytes by the
+    Python line that allocated them), the verdict (shortage or fragmentation) with the fixes
+    ranked, and how to open the full snapshot in PyTorch's memory viewer. The engine
+    (robust.oom_snapshot) and gpudoctor memory run write these files. A folder shows every rank's
+    file.
+
+    \b
+    Examples:
+      gpudoctor memory show gpudoctor-runs/20261201-101500-train
+      gpudoctor memory show checkpoints/oom-rank0.json --json
     """
     from gpudoctor.analysis.oom import explain_oom, top_sites
     from gpudoctor.cli.output import emit_json, stdout_console

@@ -69,7 +69,18 @@ def register(app: typer.Typer) -> None:
             "processes marked."
         ),
     ) -> None:
-        """Watch GPU and host: utilization, memory, power, clocks, PCIe, processes; log them."""
+        """Watch GPU and host: utilization, memory, power, clocks, PCIe, processes; log them.
+
+        Needs no torch: it reads NVML (the NVIDIA driver) and the host. Without a GPU it shows the
+        host only. Ctrl-C stops it (exit 0 after --log is closed).
+
+        \b
+        Examples:
+          gpudoctor monitor
+          gpudoctor monitor --once --json
+          gpudoctor monitor --log gpu.csv --interval 1 --duration 600
+          gpudoctor monitor --pid 12345 --gpus 0,1
+        """
         if not interval >= MIN_INTERVAL_S:
             fail(
                 f"--interval must be at least {MIN_INTERVAL_S} s (got {interval}); NVML refreshes "

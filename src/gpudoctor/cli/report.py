@@ -10,19 +10,24 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
-        rundir: Path = typer.Argument(..., help="A run directory made by `gpudoctor run` or `doctor`."),
+        rundir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run` or `doctor`."),
         output: Path = typer.Option(
             None, "--output", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
         ),
         json_output: bool = typer.Option(False, "--json", help="Print the report's path as JSON."),
     ) -> None:
-        """Render RUNDIR as one self-contained HTML report that works offline.
+        """Render RUN_DIR as one self-contained HTML report that works offline.
 
         The verdict and findings as cards (evidence, fix, expected gain), GPU utilization, memory
         and power over time, the step-time breakdown and allocator memory per step and rank, the
         environment check and the run's configuration. Findings are re-analysed (and
         findings.json rewritten) when the run directory has none or today's analysis did not make
-        them, so the report shows what `gpudoctor diagnose` prints.
+        them, so the report shows what `gpudoctor diagnose` prints. Needs no torch.
+
+        \b
+        Examples:
+          gpudoctor report gpudoctor-runs/20261201-101500-train
+          gpudoctor report RUN_DIR -o report.html
         """
         from gpudoctor.cli.diagnose import current_findings
         from gpudoctor.cli.output import emit_json, fail, stdout_console

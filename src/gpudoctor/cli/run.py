@@ -1,9 +1,10 @@
 """``gpudoctor run [OPTIONS] -- CMD...``: run an unmodified training script under the probes.
 
 Parses, calls :func:`gpudoctor.collectors.launch.run_instrumented`, diagnoses the run directory
-and renders. Exit code: the script's own when it failed (128+N when killed by signal N), 130
-when interrupted, 1 when it made no optimizer step (or not before the first-step timeout) or
-stalled, else 0.
+and renders. Exit code, first that applies: 2 a usage error; 130 interrupted; the script's own
+when it failed (128+N when killed by signal N); 1 when it made no optimizer step (or not before
+the first-step timeout) or stalled; 1 when a finding is at or above ``--fail-on`` (default warn);
+else 0.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ from typing import Any
 
 import typer
 
+from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.errors import GpuDoctorUserError
 
-_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+# gpudoctor's options come first; the first word that is not an option starts the command, and
+# everything from there on is the command's (so `run python train.py --steps 7` passes --steps 7
+# to the script); `--` before the command also works; an unknown option before it is an error.
+_CONTEXT = {"allow_extra_args": True, "allow_interspersed_args": False}
+USAGE = "[OPTIONS] [--] COMMAND [ARGS]..."
 
 
 def _spec(command: tuple[str, ...], run_dir: Path, **kwargs: Any):
@@ -54,6 +60,11 @@ def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
     return outcome, run, findings
 
 
+def severities(findings: list | None) -> list[str]:
+    """The findings' severities, for :func:`gpudoctor.cli.output.exit_code`."""
+    return [f.severity.value for f in findings or ()]
+
+
 _EXPLAIN_TAIL = 300  # lines of stdout.log read for a crash's explanation
 
 
@@ -88,7 +99,7 @@ def render_crash_explanation(run: Any, match: Any, console: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings=_CONTEXT)
+    @app.command(context_settings=_CONTEXT, options_metavar=USAGE)
     def run(
         ctx: typer.Context,
         steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (default 60)."),
@@ -122,21 +133,36 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(
             5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none).",
         ),
+        fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
 
-        Put the command after --, e.g. gpudoctor run --steps 60 -- python train.py --lr 0.1
-        (also python -m pkg.train, or torchrun --standalone --nproc_per_node 2 train.py).
+        gpudoctor's options come first; the first word that is not one starts the command
+        (python train.py, python -m pkg.train, torchrun ...), and every word after it is the
+        command's. The script runs unmodified; gpudoctor stops it after --steps optimizer steps and
+        prints the findings.
+
+        Exit codes, the first that applies: 2 usage error; 130 interrupted; the script's own
+        non-zero exit code (128+N when killed by signal N); 1 no optimizer step, a stall, or a
+        finding at or above --fail-on (default warn); else 0.
+
+        \b
+        Examples:
+          gpudoctor run python train.py --lr 0.1
+          gpudoctor run --steps 100 --fail-on error python -m mypkg.train
+          gpudoctor run torchrun --standalone --nproc_per_node 2 train.py
+          gpudoctor run --try num_workers=8,pin_memory -- python train.py
         """
         from gpudoctor.cli import diagnose as diag
-        from gpudoctor.cli.output import emit_json, stdout_console
+        from gpudoctor.cli.output import emit_json, exit_code, stdout_console
         from gpudoctor.collectors import outdir
         from gpudoctor.collectors.launch import DEFAULT_STEPS, default_run_dir, resolve_command
         from gpudoctor.collectors.knobs import parse_knobs
 
         command = tuple(ctx.args)
         if not command:
-            raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
+            raise GpuDoctorUserError("no command given; write it after gpudoctor's options, e.g. "
+                                     "gpudoctor run --steps 60 python train.py --lr 0.1")
         if full and steps is not None:
             raise GpuDoctorUserError("--steps and --full contradict each other; give one of them")
         if no_profile and window is not None:
@@ -168,19 +194,20 @@ def register(app: typer.Typer) -> None:
                 diag.render(rundata, findings, console, top=top)
                 render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
-            raise typer.Exit(outcome.exit_code)
+            raise typer.Exit(exit_code(severities(findings), fail_on=fail_on, passthrough=outcome.exit_code))
 
         _try(command, base, knobs, options, steps_given=steps, full=full, max_runs=repeats,
-             json_output=json_output)
+             json_output=json_output, fail_on=fail_on, top=top)
 
 
 def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, steps_given: int | None,
-         full: bool, max_runs: int, json_output: bool) -> None:
+         full: bool, max_runs: int, json_output: bool, fail_on: FailOn = FailOn.WARN,
+         top: int = 5) -> None:
     """``--try``: interleaved baseline and knobbed runs until the difference is above the noise."""
     import dataclasses
 
     from gpudoctor.cli import diagnose as diag
-    from gpudoctor.cli.output import emit_json, stderr_console, stdout_console
+    from gpudoctor.cli.output import emit_json, exit_code, stderr_console, stdout_console
     from gpudoctor.cli.try_runs import measure, steps_for
     from gpudoctor.collectors.launch import DEFAULT_STEPS
     from gpudoctor.report.try_view import render_try
@@ -231,4 +258,5 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
                 say(f"the run in {data.path} ended {outcome.manifest.status}; see its stdout.log")
         dirs = ", ".join(f"{path} ({arm})" for arm, path in (comparison.run_dirs if comparison else ()))
         console.print(f"run directories: {dirs or base}", highlight=False, markup=False)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(exit_code(severities(findings[str(t_run.path)]), fail_on=fail_on,
+                               passthrough=result.exit_code))

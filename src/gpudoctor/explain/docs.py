@@ -23,11 +23,14 @@ torchrun --nproc_per_node=8 train.py 2>&1 | tee train.log | gpudoctor explain - 
 | option | meaning |
 |---|---|
 | `SOURCE` | an error message, a log file, or `-` for stdin (also read when no argument is given and input is piped). A path that does not exist is a usage error, not a message. A lint code (`gpudoctor explain GD502`) prints that rule's page: message, rationale, bad and good examples. Binary input (NUL bytes, or mostly non-text bytes in the first 64 KiB: a core dump, a checkpoint, a `.gz`) is refused at once (exit 2). |
+| `--fail-on` | `info`, `warn` (default), `error` or `never`: the least severe matched failure that makes the exit code 1. |
 | `--json` | `{"schema_version", "kind": "explain", "report": {...}}` with `matches` (ranked: `entry_id`, `title`, `category`, `severity`, `role`, `confidence`, `matched_line`, `line_no`, `occurrences`, `ranks`, `notes`, `cause`, `verify`, `fix`, `links`, `context`), `extracted` (every error statement found), `lines_read`, `ranks_seen` and `launcher` (torchrun's root-cause summary). |
 
-Exit codes: **0** a known failure matched, **1** nothing matched (the output then says so and shows
-what it could extract: exception type, message, innermost frame), **2** bad input (missing file,
-a directory, empty input, binary input).
+Exit codes (gpudoctor's contract, as for every command): **0** nothing to act on: no known failure
+matched (the output then says so and shows what it could extract: exception type, message,
+innermost frame); **1** a known failure matched at or above `--fail-on` (default `warn`; catalog
+entries are errors or warnings; `--fail-on never` always exits 0); **2** bad input (missing file,
+a directory, empty input, binary input); **130** interrupted.
 
 Speed (bench/results/lint_explain_speed.md): a 50 MB log whose lines hold `İ` (a character whose
 lower case is two characters long) takes 3.2-3.8 s on this shared 2-core machine (it took 13.6 s

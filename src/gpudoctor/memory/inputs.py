@@ -1,13 +1,13 @@
 """Turn command-line descriptions of a model and its input into factories.
 
-- model: ``package.module:function`` returning an ``nn.Module`` (called with no arguments).
+- model: ``package.module:function`` or ``path/to/file.py:function`` returning an ``nn.Module``
+  (called with no arguments); a module in the current folder is found.
 - input: ``image:CxHxW:CLASSES`` (float images, integer class targets) or
   ``tokens:SEQ:VOCAB`` (integer tokens, next-token targets of the same shape).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,23 +15,11 @@ from gpudoctor.errors import GpuDoctorUserError
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
-    """Import ``module:function``; a clear error names what failed and the expected form."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise GpuDoctorUserError(
-            f"--model {spec!r} should be MODULE:FUNCTION, e.g. torchvision.models:resnet18"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise GpuDoctorUserError(f"cannot import {module_name!r} for --model: {exc}") from None
-    try:
-        factory = getattr(module, attr)
-    except AttributeError:
-        raise GpuDoctorUserError(f"{module_name!r} has no {attr!r} (from --model {spec!r})") from None
-    if not callable(factory):
-        raise GpuDoctorUserError(f"--model {spec!r} is not callable")
-    return factory
+    """Import ``module:function`` or ``path/to/file.py:function`` (as ``tune --target`` takes it;
+    a module in the current folder is found); a clear error names what failed and the forms."""
+    from gpudoctor.core.user_code import import_callable
+
+    return import_callable(spec, option="--model", example="torchvision.models:resnet18")
 
 
 def batch_factory(spec: str) -> Callable[[int, Any], tuple[Any, Any]]:

@@ -45,6 +45,8 @@ def test_failing_facts_exit_1_and_json_round_trips(tmp_path, facts_factory):
     again = tmp_path / "out.json"
     again.write_text(result.stdout)
     assert runner.invoke(app, ["check", "--json", "--facts", str(again)]).exit_code == 1
+    for fail_on, code in (("error", 1), ("never", 0)):  # a FAIL row is an error finding
+        assert runner.invoke(app, ["check", "--fail-on", fail_on, "--facts", str(again)]).exit_code == code
 
 
 def test_freeze_then_against(tmp_path, facts_factory):
@@ -57,9 +59,10 @@ def test_freeze_then_against(tmp_path, facts_factory):
     assert result.exit_code == 0 and frozen.exists()
     assert json.loads(frozen.read_text())["data"]["torch_variant"] == "cu130"
     moved = dataclasses.replace(healthy, torch=dataclasses.replace(healthy.torch, version="2.12.0+cu130"))
-    result = runner.invoke(app, ["check", "--json", "--facts", str(_facts_file(tmp_path, moved)),
-                                 "--against", str(frozen)])
-    assert result.exit_code == 0  # a version difference warns; it does not fail
+    args = ["check", "--json", "--facts", str(_facts_file(tmp_path, moved)), "--against", str(frozen)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1  # a version difference warns: at the default --fail-on warn, exit 1
+    assert runner.invoke(app, [*args, "--fail-on", "error"]).exit_code == 0  # it does not fail
     diffs = json.loads(result.stdout)["differences"]
     assert [(d["field"], d["here"], d["there"]) for d in diffs] == [
         ("torch", "2.12.0+cu130", "2.11.0+cu130")]

@@ -286,6 +286,16 @@ def test_torch_import_failure(facts_factory):
     assert row.verdict is Verdict.FAIL and "libcudnn.so.9" in row.evidence
 
 
+def test_torch_not_installed_names_the_extra(facts_factory):
+    """gpudoctor's core install has no torch: the row says so and how to add it, not 'reinstall'."""
+    f = facts_factory.cpu_only()
+    f = R(f, torch=None, host=R(f.host, torch_installs=()),
+          probe=ProbeRun(status="failed", error="ModuleNotFoundError: No module named 'torch'"))
+    row = rows(f)["torch.build"]
+    assert row.verdict is Verdict.FAIL and "torch is not installed" in row.evidence
+    assert "pip install 'gpudoctor[torch]'" in row.fix and "reinstall" not in row.fix
+
+
 def test_cudnn_not_loading_fails(facts_factory):
     f = facts_factory.healthy(1)
     f = R(f, torch=R(f.torch, cudnn_version=None, cudnn_error="OSError: libcudnn_graph.so.9"))

@@ -36,9 +36,10 @@ def test_rendered_single_message_matches_golden(golden) -> None:
     golden("explain/single_oom_fragmentation.txt", _render(FRAG))
 
 
-def test_message_argument_matches_and_exits_0() -> None:
+def test_message_argument_matches_and_exits_1() -> None:
+    """A known failure matched is a finding: exit 1 (the contract); --fail-on never makes it 0."""
     result = runner.invoke(app, ["explain", FRAG])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "oom-fragmentation" in result.output
     assert "expandable_segments:True" in result.output
 
@@ -47,19 +48,19 @@ def test_file_argument(tmp_path) -> None:
     log = tmp_path / "train.log"
     log.write_text(fixture_text("ddp_oom_rank3_watchdog.log"), encoding="utf-8")
     result = runner.invoke(app, ["explain", str(log)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "torchrun: rank 3 failed first (exitcode 1)" in result.output
 
 
 def test_stdin_dash() -> None:
     result = runner.invoke(app, ["explain", "-"], input=fixture_text("dataloader_bus_error.log"))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "dataloader-shared-memory" in result.output
 
 
-def test_unknown_text_exits_1_and_shows_the_extraction() -> None:
+def test_unknown_text_exits_0_and_shows_the_extraction() -> None:
     result = runner.invoke(app, ["explain", "-"], input=fixture_text("unknown_keyerror.log"))
-    assert result.exit_code == 1
+    assert result.exit_code == 0
     assert "no known failure matched" in result.output
     assert "KeyError: '480p'" in result.output
 
@@ -79,7 +80,7 @@ def test_directory_and_empty_input_are_usage_errors(tmp_path) -> None:
 def test_json_output() -> None:
     result = runner.invoke(app, ["explain", "--json", "-"],
                            input=fixture_text("ddp_oom_rank3_watchdog.log"))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     payload = json.loads(result.output)
     assert payload["kind"] == "explain" and payload["schema_version"] >= 1
     report = payload["report"]
@@ -91,9 +92,26 @@ def test_json_output() -> None:
     assert report["ranks_seen"] == [0, 1, 2, 3]
 
 
-def test_json_unknown_exits_1() -> None:
+def test_json_unknown_exits_0() -> None:
     result = runner.invoke(app, ["explain", "--json", "KeyError: 'image_id'"])
-    assert result.exit_code == 1
+    assert result.exit_code == 0
     payload = json.loads(result.output)
     assert payload["report"]["matches"] == []
     assert payload["report"]["extracted"][0]["exception_type"] == "KeyError"
+
+
+@pytest.mark.parametrize(("fail_on", "code"), [("info", 1), ("warn", 1), ("error", 1), ("never", 0)])
+def test_fail_on_thresholds_an_error_entry(fail_on: str, code: int) -> None:
+    result = runner.invoke(app, ["explain", "--fail-on", fail_on, FRAG])
+    assert result.exit_code == code, result.output
+
+
+def test_fail_on_error_passes_a_warning_entry() -> None:
+    """A catalog entry of severity "warning" exits 1 at the default threshold, 0 at --fail-on error."""
+    from gpudoctor.explain import explain_text, load_catalog
+
+    entry = next(e for e in load_catalog().entries if e.severity == "warning")
+    text = entry.samples[0].text
+    assert [m.severity for m in explain_text(text).matches] == ["warning"]
+    assert runner.invoke(app, ["explain", text]).exit_code == 1
+    assert runner.invoke(app, ["explain", "--fail-on", "error", text]).exit_code == 0

@@ -27,4 +27,4 @@ def test_docs_are_generated_from_the_catalog() -> None:
 def test_docs_examples_run(command: str) -> None:
     args = shlex.split(command)[1:]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # each example is a known failure: a finding
