@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,15 @@ class Event:
     flops: float = 0.0
 
 
+@contextmanager
+def _quiet_profiler():
+    """Silence torch.profiler's "clears events at the end of each cycle" warning: gpudoctor's
+    window is one cycle, so it says nothing to the user (it printed into every GPU run)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
+        yield
+
+
 class Window:
     """A running (or finished) profiler window of one rank."""
 
@@ -84,7 +95,8 @@ class Window:
                 activities.append(ProfilerActivity.CUDA)
             prof = profile(activities=activities, record_shapes=False, profile_memory=False,
                            with_stack=False, with_flops=True)
-            prof.start()
+            with _quiet_profiler():
+                prof.start()
         except Exception as exc:  # noqa: BLE001 - e.g. the script runs its own profiler
             return cls(rank=rank, first_step=first_step, profiler=None, note=f"profiler unavailable: {exc}")
         window = cls(rank=rank, first_step=first_step, profiler=prof)
@@ -139,7 +151,8 @@ def prewarm() -> str:
             return ""
         prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=False,
                        profile_memory=False, with_stack=False)
-        prof.start()
+        with _quiet_profiler():
+            prof.start()
         prof.stop()  # waits for the device: start-up time (step 0), not a measured step
     except Exception as exc:  # noqa: BLE001
         return f"profiler pre-warm failed: {exc}"
