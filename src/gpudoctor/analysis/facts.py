@@ -55,8 +55,9 @@ class RankFacts:
         step, else NVML's mean utilisation of the rank's GPU (coarser: any kernel running counts).
 
         Not the host's wall time of the window: a GPU-bound host runs ahead and blocks in a full
-        launch queue, so the window's host span need not contain its steps' GPU work (seen on an
-        H200: 249 ms of host time for 5 steps whose GPU work took 1,175 ms), and the profiler
+        launch queue, so the window's host span need not contain its steps' GPU work (issue 15
+        reports an H200 run with 249 ms of host time for 5 steps whose GPU work took 1,175 ms,
+        which the old host-based share turned into "GPU busy 23.5%"), and the profiler
         slows the host, not the GPU. Not ``gpu_ms`` either: CUDA events at step boundaries
         measure the span between them, idle gaps included. Capped at 1.0 only where the window's
         GPU time per step exceeds the mean step (the GPU is then busy all of it).
