@@ -127,7 +127,8 @@ def render_cost(run: Any, findings: list | None, console: Any, price: float | No
         return
     from gpudoctor.report.cost_view import render_cost as view
 
-    console.print(view(cost, savings))
+    unverified = tuple(verified.knobs) if verified is not None and savings is None else ()
+    console.print(view(cost, savings, unverified))
 
 
 def payload(run: Any, findings: list | None, price: float | None = None, verified: Any = None) -> dict:

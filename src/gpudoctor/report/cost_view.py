@@ -30,8 +30,10 @@ def _per_epoch(per_epoch: float | None) -> str:
     return f", {money(per_epoch)} per epoch" if per_epoch is not None else ""
 
 
-def cost_rows(cost: RunCost, savings: TrySavings | None = None) -> list[tuple[str, str]]:
-    """(what, cost) pairs as display strings; shared by the terminal and the HTML report."""
+def cost_rows(cost: RunCost, savings: TrySavings | None = None,
+              unverified: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(what, cost) pairs as display strings; shared by the terminal and the HTML report.
+    ``unverified``: the knobs of a ``--try`` that measured no gain above the noise."""
     rows = [("per 1,000 steps", money(cost.per_1k_steps))]
     if cost.per_epoch is not None and cost.steps_per_epoch is not None:
         rows.append((f"per epoch ({cost.steps_per_epoch:,.0f} steps)", money(cost.per_epoch)))
@@ -43,6 +45,8 @@ def cost_rows(cost: RunCost, savings: TrySavings | None = None) -> list[tuple[st
     if savings is not None:
         rows.append((f"--try {','.join(savings.knobs)} (-{pct(savings.time_saved_share)}, measured)",
                      f"saves {money(savings.per_1k_steps)} per 1,000 steps{_per_epoch(savings.per_epoch)}"))
+    elif unverified:
+        rows.append((f"--try {','.join(unverified)}", "saves nothing verified: no gain above the noise"))
     return rows
 
 
@@ -52,12 +56,13 @@ def cost_heading(cost: RunCost) -> str:
             f"{cost.mean_step_ms:.2f} ms)")
 
 
-def render_cost(cost: RunCost, savings: TrySavings | None = None) -> RenderableType:
+def render_cost(cost: RunCost, savings: TrySavings | None = None,
+                unverified: tuple[str, ...] = ()) -> RenderableType:
     """The cost block: a heading and a two-column grid (cells wrap on narrow terminals)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(overflow="fold")
     grid.add_column(overflow="fold")
-    for what, value in cost_rows(cost, savings):
+    for what, value in cost_rows(cost, savings, unverified):
         grid.add_row(what, value)
     return Group(Text(cost_heading(cost), style="bold"), Padding(grid, (0, 0, 0, 2), expand=False))
 

@@ -176,7 +176,8 @@ def _cost(facts: Any, findings: list[Finding], verified: TryComparison | None,
     if cost is None:
         return "", []
     savings = try_savings(cost, verified) if verified is not None else None
-    return cost_heading(cost), cost_rows(cost, savings)
+    unverified = tuple(verified.knobs) if verified is not None and savings is None else ()
+    return cost_heading(cost), cost_rows(cost, savings, unverified)
 
 
 def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],

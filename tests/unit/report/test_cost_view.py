@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -128,3 +129,10 @@ def test_a_verified_try_shows_what_it_saves(golden) -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     assert f"saves {money(cost.per_1k_steps / 2)} per 1,000 steps" in text
     golden("report/cost_basic_user_try_80.txt", text)
+
+
+def test_an_unverified_try_saves_nothing_in_the_block() -> None:
+    cost, _ = _cost("basic_user")
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(render_cost(cost, None, ("num_workers=1",)))
+    assert re.search(r"--try num_workers=1 +saves nothing verified: no gain above the noise", console.file.getvalue())
