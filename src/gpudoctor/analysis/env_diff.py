@@ -33,6 +33,32 @@ WHY_ENV = {
 }
 
 
+NUMERICS_SPEED, NUMERICS, SPEED = "numerics and speed", "numerics", "speed"
+# What a difference can change, by field: torch, its CUDA variant, cuDNN, NCCL (its algorithm
+# picks the reduction order of an all-reduce) and the CUDA library wheels pick other kernels,
+# which change last-bit results and speed; the driver changes clocks and PTX compilation.
+CHANGES = {"gpu": NUMERICS_SPEED, "torch variant": NUMERICS_SPEED, "torch": NUMERICS_SPEED,
+           "driver CUDA": SPEED, "driver": SPEED, "cuDNN": NUMERICS_SPEED, "NCCL": NUMERICS_SPEED,
+           "package numpy": NUMERICS, "package triton": SPEED, "package torchvision": NUMERICS_SPEED,
+           "env NVIDIA_TF32_OVERRIDE": NUMERICS_SPEED, "env TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": NUMERICS_SPEED,
+           "env CUBLAS_WORKSPACE_CONFIG": NUMERICS, "env PYTORCH_CUDA_ALLOC_CONF": SPEED,
+           "env PYTORCH_ALLOC_CONF": SPEED, "env OMP_NUM_THREADS": SPEED, "env CUDA_LAUNCH_BLOCKING": SPEED,
+           "env CUDA_MODULE_LOADING": SPEED}
+
+
+def changes_of(field: str) -> str:
+    """What a difference in ``field`` can change (``""``: neither, as far as is known)."""
+    if field in CHANGES:
+        return CHANGES[field]
+    if field.startswith("package nvidia-") and field != "package nvidia-ml-py":
+        return NUMERICS_SPEED
+    if field.startswith(("env NCCL_", "env TORCH_NCCL_")):
+        return SPEED
+    if field.startswith("torch."):  # TF32 / cuDNN defaults
+        return NUMERICS_SPEED
+    return ""
+
+
 def freeze(facts: EnvFacts) -> FrozenEnv:
     """What to write for ``--freeze``: versions, the torch variant's tag, packages, settings."""
     torch = facts.torch
@@ -68,7 +94,8 @@ def diff(here: FrozenEnv, there: FrozenEnv) -> list[EnvDifference]:
 
     def add(field: str, a: object, b: object, why: str, verdict: Verdict = Verdict.WARN) -> None:
         if a != b:
-            out.append(EnvDifference(field=field, here=_s(a), there=_s(b), verdict=verdict, why=why))
+            out.append(EnvDifference(field=field, here=_s(a), there=_s(b), verdict=verdict, why=why,
+                                     changes=changes_of(field)))
 
     add("gpu", ", ".join(here.gpu_names), ", ".join(there.gpu_names),
         "another GPU model or count: different peak speed and memory, maybe no bf16/TF32")

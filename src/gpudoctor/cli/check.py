@@ -47,6 +47,49 @@ def _read_frozen(path: Path):
         fail(f"cannot use {path} as a frozen environment ({exc}); write one with --freeze")
 
 
+def _own_requirements() -> tuple[str, ...]:
+    """gpudoctor's declared dependencies (``"rich>=13.0"``), extras left out."""
+    from importlib import metadata
+
+    try:
+        return tuple(r for r in metadata.requires("gpudoctor") or () if "extra ==" not in r)
+    except metadata.PackageNotFoundError:
+        return ()
+
+
+def _lock_targets(directory: Path) -> tuple[Path, Path]:
+    """The two files ``--lock DIR`` writes; refuses (exit 2, nothing written) when either exists."""
+    from gpudoctor.analysis.env_lock import DOCKERFILE, LOCK_FILE
+
+    if directory.exists() and not directory.is_dir():
+        fail(f"--lock {directory}: not a directory; give a directory for {LOCK_FILE} and {DOCKERFILE}")
+    targets = (directory / LOCK_FILE, directory / DOCKERFILE)
+    existing = [str(t) for t in targets if t.exists() or t.is_symlink()]
+    if existing:
+        fail(f"--lock {directory}: {' and '.join(existing)} already there; gpudoctor never "
+             "overwrites them - move them away or choose another directory")
+    return targets
+
+
+def _write_lock(directory: Path, frozen) -> None:
+    from gpudoctor.analysis.env_lock import lock_files
+    from gpudoctor.records.atomic import write_text_atomic
+
+    lock_path, docker_path = _lock_targets(directory)
+    files = lock_files(frozen, _own_requirements())
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(lock_path, files.requirements)
+        write_text_atomic(docker_path, files.dockerfile)
+    except OSError as exc:
+        fail(f"cannot write into {directory} ({exc}); choose a writable directory")
+    how = "" if files.image_exact else " (a fallback: no CUDA build of torch recorded; see its comments)"
+    from gpudoctor.cli.output import stderr_console
+
+    stderr_console().print(f"wrote {lock_path} and {docker_path} (FROM {files.image}{how})",
+                           highlight=False, markup=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def check(
@@ -65,6 +108,15 @@ def register(app: typer.Typer) -> None:
             help="Judge facts recorded earlier (a `check --json` output) instead of probing this machine."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP + " A FAIL row is an "
                                        "error, a WARN row a warning."),
+        lock: Optional[Path] = typer.Option(
+            None, "--lock", metavar="DIR",
+            help="Also write DIR/requirements.lock (exact versions, torch's wheel variant and its "
+            "index) and DIR/Dockerfile (the official PyTorch CUDA image of that torch); never "
+            "overwrites them."),
+        lock_from: Optional[Path] = typer.Option(
+            None, "--from", metavar="FILE",
+            help="With --lock: build it from an environment recorded with --freeze, without "
+            "checking this machine."),
     ) -> None:
         """Check the GPU stack layer by layer: which layer is broken, and how to fix it.
 
@@ -82,6 +134,8 @@ def register(app: typer.Typer) -> None:
           gpudoctor check --freeze env.json      # on the machine that works
           gpudoctor check --against env.json     # on the one that does not
           gpudoctor check --json --fail-on error
+          gpudoctor check --lock rebuild/   # requirements.lock + Dockerfile
+          gpudoctor check --lock rebuild/ --from env.json
         """
         if timeout <= 0:
             fail(f"--timeout must be a positive number of seconds, got {timeout}; try 60")
@@ -89,6 +143,14 @@ def register(app: typer.Typer) -> None:
         from gpudoctor.analysis.env_rules import check_env
         from gpudoctor.records.base import SCHEMA_VERSION, write_json
 
+        if lock_from is not None:
+            if lock is None:
+                fail("--from FILE builds --lock DIR; give --lock DIR too")
+            _lock_targets(lock)
+            _write_lock(lock, _read_frozen(lock_from))
+            raise typer.Exit(0)
+        if lock is not None:
+            _lock_targets(lock)  # refuse existing files before the probe
         frozen_there = _read_frozen(against) if against is not None else None  # fail before probing
         if facts_file is not None:
             facts = _read_facts(facts_file)
@@ -104,6 +166,8 @@ def register(app: typer.Typer) -> None:
                 write_json(freeze, here, kind=KIND)
             except OSError as exc:
                 fail(f"cannot write {freeze} ({exc}); choose a writable path")
+        if lock is not None:
+            _write_lock(lock, here)
         verdicts = [r.verdict.value for r in report.results] + [d.verdict.value for d in differences or ()]
         if json_output:
             emit_json({"schema_version": SCHEMA_VERSION, "kind": "gpudoctor.check",

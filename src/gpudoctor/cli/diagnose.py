@@ -17,6 +17,7 @@ from typing import Any
 import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
+from gpudoctor.cli.pricing import price_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # what the findings of a run depend on besides its records: the rules and the data they read
@@ -78,9 +79,10 @@ def current_findings(run: Any) -> list:
     return analyse(run)
 
 
-def render(run: Any, findings: list | None, console: Any, *, top: int = 5) -> None:
+def render(run: Any, findings: list | None, console: Any, *, top: int = 5, price: float | None = None) -> None:
     """Print the run summary, then the findings (``None``: a run without steps or stacks, which
-    has none); ``top``: how many of the profiler window's kernels and CPU ops to list."""
+    has none); ``top``: how many of the profiler window's kernels and CPU ops to list;
+    ``price``: a price per GPU-hour, for the cost block under the findings."""
     from gpudoctor.report.run_summary import render_summary
 
     view = findings is not None and bool(run.steps)
@@ -93,6 +95,7 @@ def render(run: Any, findings: list | None, console: Any, *, top: int = 5) -> No
         from gpudoctor.report.findings_view import render_findings
 
         console.print(render_findings(run, findings, top=top))
+        render_cost(run, findings, console, price)
     else:
         for f in findings:
             console.print(f"[{f.severity.value}] {f.code}: {f.title}", highlight=False, markup=False)
@@ -100,14 +103,42 @@ def render(run: Any, findings: list | None, console: Any, *, top: int = 5) -> No
                 console.print(f"  - {line}", highlight=False, markup=False)
 
 
-def payload(run: Any, findings: list | None) -> dict:
-    """The ``--json`` form of a diagnosed run."""
+def costs(run: Any, findings: list | None, price: float | None, verified: Any = None) -> tuple[Any, Any]:
+    """(``RunCost``, ``TrySavings``) of ``run`` at ``price`` per GPU-hour; ``(None, None)`` without
+    a price or without steps; the savings only with a ``--try`` comparison that found the fix faster."""
+    if price is None:
+        return None, None
+    from gpudoctor.analysis.cost import run_cost, try_savings
+    from gpudoctor.analysis.facts import run_facts
+    from gpudoctor.analysis.thresholds import Thresholds
+
+    cost = run_cost(run_facts(run, Thresholds()), findings or (), price)
+    savings = try_savings(cost, verified) if cost is not None and verified is not None else None
+    return cost, savings
+
+
+def render_cost(run: Any, findings: list | None, console: Any, price: float | None, verified: Any = None) -> None:
+    """Print the cost block (nothing without a price); a note when the run has no steps to price."""
+    if price is None:
+        return
+    cost, savings = costs(run, findings, price, verified)
+    if cost is None:
+        console.print("cost: no steady-state step was recorded to price", highlight=False, markup=False)
+        return
+    from gpudoctor.report.cost_view import render_cost as view
+
+    unverified = tuple(verified.knobs) if verified is not None and savings is None else ()
+    console.print(view(cost, savings, unverified))
+
+
+def payload(run: Any, findings: list | None, price: float | None = None, verified: Any = None) -> dict:
+    """The ``--json`` form of a diagnosed run (with a ``cost`` key when a price is given)."""
     from gpudoctor.analysis.facts import run_facts
     from gpudoctor.analysis.run_stats import run_stats
     from gpudoctor.analysis.thresholds import Thresholds
 
     facts = run_facts(run, Thresholds())
-    return {
+    out = {
         "run_dir": str(run.path),
         "manifest": run.manifest,
         "stats": run_stats(run),
@@ -115,6 +146,11 @@ def payload(run: Any, findings: list | None) -> dict:
                       for rf in facts.ranks],
         "findings": findings,
     }
+    if price is not None:
+        from gpudoctor.report.cost_view import cost_payload
+
+        out["cost"] = cost_payload(*costs(run, findings, price, verified))
+    return out
 
 
 def _plain(breakdown: Any) -> dict:
@@ -130,6 +166,7 @@ def register(app: typer.Typer) -> None:
         json_output: bool = typer.Option(False, "--json", help="Print JSON."),
         top: int = typer.Option(5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none)."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
+        price: float = price_option(),
     ) -> None:
         """Re-analyse a recorded run directory and print its findings.
 
@@ -144,13 +181,14 @@ def register(app: typer.Typer) -> None:
           gpudoctor diagnose gpudoctor-runs/20261201-101500-train
           gpudoctor diagnose RUN_DIR --json > findings.json
           gpudoctor diagnose RUN_DIR --fail-on error   # CI: fail on errors only
+          gpudoctor diagnose RUN_DIR --price-per-gpu-hour 2.5   # what it costs
         """
         from gpudoctor.cli.output import emit_json, exit_code, stdout_console
 
         run = load(run_dir)
         findings = analyse(run)
         if json_output:
-            emit_json(payload(run, findings))
+            emit_json(payload(run, findings, price))
         else:
-            render(run, findings, stdout_console(), top=top)
+            render(run, findings, stdout_console(), top=top, price=price)
         raise typer.Exit(exit_code([f.severity.value for f in findings or ()], fail_on=fail_on))

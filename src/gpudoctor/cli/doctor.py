@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
+from gpudoctor.cli.pricing import price_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # as in run: doctor's options first, the first positional word starts the command
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds the GPU probe of the check may take."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON instead of the summary."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
+        price: float = price_option(),
     ) -> None:
         """The full check-up: check the GPU stack, run a training script, prove the top fix.
 
@@ -181,13 +183,13 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_INTERRUPTED)
             comparison = proof.comparison
         with err.status("[5/5] writing the HTML report…"):
-            report = write_report(run, findings, verified=comparison)
+            report = write_report(run, findings, verified=comparison, price_per_gpu_hour=price)
         seconds = time.perf_counter() - start
 
         if json_output:
             emit_json({
                 "check": {"verdict": check.worst, "summary": check.summary, "results": check.results},
-                "run": {**diag.payload(run, findings), "exit_code": outcome.exit_code},
+                "run": {**diag.payload(run, findings, price, comparison), "exit_code": outcome.exit_code},
                 "try": comparison, "report": str(report), "seconds": round(seconds, 1),
             })
         else:
@@ -199,6 +201,7 @@ def register(app: typer.Typer) -> None:
             elif try_fix and findings:
                 console.print("No finding has a fix gpudoctor can inject and measure; apply the fixes "
                               "above and run again.")
+            diag.render_cost(run, findings, console, price, comparison)
             console.print(f"report: {report}", highlight=False, markup=False)
             console.print(f"doctor finished in {seconds:.0f} s. Next: open the report; "
                           "`gpudoctor run -- python your_train.py` diagnoses your own script.",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from gpudoctor.cli.pricing import price_option
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -15,6 +17,7 @@ def register(app: typer.Typer) -> None:
             None, "--output", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
         ),
         json_output: bool = typer.Option(False, "--json", help="Print the report's path as JSON."),
+        price: float = price_option(),
     ) -> None:
         """Render RUN_DIR as one self-contained HTML report that works offline.
 
@@ -28,6 +31,7 @@ def register(app: typer.Typer) -> None:
         Examples:
           gpudoctor report gpudoctor-runs/20261201-101500-train
           gpudoctor report RUN_DIR -o report.html
+          gpudoctor report RUN_DIR --price-per-gpu-hour 2.5   # adds the cost table
         """
         from gpudoctor.cli.diagnose import current_findings
         from gpudoctor.cli.output import emit_json, fail, stdout_console
@@ -42,7 +46,7 @@ def register(app: typer.Typer) -> None:
         findings = current_findings(run)
         if output is not None and output.is_dir():
             output = output / "report.html"
-        path = write_report(run, findings, output)
+        path = write_report(run, findings, output, price_per_gpu_hour=price)
         if json_output:
             emit_json({"report": str(path), "size_bytes": path.stat().st_size})
         else:

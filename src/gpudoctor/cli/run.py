@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
+from gpudoctor.cli.pricing import price_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # gpudoctor's options come first; the first word that is not an option starts the command, and
@@ -134,6 +135,7 @@ def register(app: typer.Typer) -> None:
             5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none).",
         ),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
+        price: float = price_option(),
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
 
@@ -152,6 +154,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor run --steps 100 --fail-on error python -m mypkg.train
           gpudoctor run torchrun --standalone --nproc_per_node 2 train.py
           gpudoctor run --try num_workers=8,pin_memory -- python train.py
+          gpudoctor run --price-per-gpu-hour 2.5 python train.py   # what it costs
         """
         from gpudoctor.cli import diagnose as diag
         from gpudoctor.cli.output import emit_json, exit_code, stdout_console
@@ -189,20 +192,20 @@ def register(app: typer.Typer) -> None:
             explained = crash_explanation(rundata)
             if json_output:
                 extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
-                emit_json({**diag.payload(rundata, findings), **extra, "exit_code": outcome.exit_code})
+                emit_json({**diag.payload(rundata, findings, price), **extra, "exit_code": outcome.exit_code})
             else:
-                diag.render(rundata, findings, console, top=top)
+                diag.render(rundata, findings, console, top=top, price=price)
                 render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
             raise typer.Exit(exit_code(severities(findings), fail_on=fail_on, passthrough=outcome.exit_code))
 
         _try(command, base, knobs, options, steps_given=steps, full=full, max_runs=repeats,
-             json_output=json_output, fail_on=fail_on, top=top)
+             json_output=json_output, fail_on=fail_on, top=top, price=price)
 
 
 def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, steps_given: int | None,
          full: bool, max_runs: int, json_output: bool, fail_on: FailOn = FailOn.WARN,
-         top: int = 5) -> None:
+         top: int = 5, price: float | None = None) -> None:
     """``--try``: interleaved baseline and knobbed runs until the difference is above the noise."""
     import dataclasses
 
@@ -234,17 +237,17 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
     (b_out, b_run), *_ = result.baseline
     if b_out.exit_code != 0 or not b_run.steps or not result.tried:
         if json_output:
-            emit_json({"baseline": diag.payload(b_run, findings[str(b_run.path)]), "try": None,
+            emit_json({"baseline": diag.payload(b_run, findings[str(b_run.path)], price), "try": None,
                        "comparison": None, "exit_code": b_out.exit_code or 1})
         else:
-            diag.render(b_run, findings[str(b_run.path)], console, top=top)
+            diag.render(b_run, findings[str(b_run.path)], console, top=top, price=price)
         say(f"the baseline run did not train ({b_out.manifest.status}); fix that before --try")
         raise typer.Exit(b_out.exit_code or 1)
     t_out, t_run = result.tried[0]
     comparison = result.comparison
     if json_output:
         emit_json({
-            "baseline": diag.payload(b_run, findings[str(b_run.path)]),
+            "baseline": diag.payload(b_run, findings[str(b_run.path)], price, comparison),
             "try": diag.payload(t_run, findings[str(t_run.path)]),
             "comparison": dataclasses.asdict(comparison) if comparison is not None else None,
             "exit_code": result.exit_code,
@@ -253,6 +256,7 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
         diag.render(b_run, findings[str(b_run.path)], console, top=top)
         if comparison is not None:
             console.print(render_try(comparison))
+        diag.render_cost(b_run, findings[str(b_run.path)], console, price, comparison)
         for outcome, data in result.baseline + result.tried:
             if outcome.exit_code != 0:
                 say(f"the run in {data.path} ended {outcome.manifest.status}; see its stdout.log")

@@ -287,3 +287,4 @@ class EnvDifference:
     there: str
     verdict: Verdict
     why: str
+    changes: str = ""  # what it can change: "numerics and speed", "numerics", "speed" or ""

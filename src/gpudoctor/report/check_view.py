@@ -55,7 +55,9 @@ def differences_table(differences: Sequence[EnvDifference], source: str) -> Tabl
     table.add_column("There")
     table.add_column("Why it matters", ratio=1)
     for diff in differences:
-        table.add_row(Text(diff.field, style=STYLES[diff.verdict]), diff.here, diff.there, diff.why)
+        why = Text(f"changes {diff.changes}: ", style="bold") if diff.changes else Text("")
+        why.append(diff.why)
+        table.add_row(Text(diff.field, style=STYLES[diff.verdict]), diff.here, diff.there, why)
     return table
 
 

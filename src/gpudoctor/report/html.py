@@ -96,11 +96,11 @@ def build_figures(run: RunData) -> dict[str, object]:
 
 
 def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
-                  verified: TryComparison | None = None) -> str:
+                  verified: TryComparison | None = None, *, price_per_gpu_hour: float | None = None) -> str:
     """Render the whole report as one HTML string.
 
     ``verified``: a ``--try`` re-run of the same command with the fix injected; shown as the
-    before/after table right under the verdict.
+    before/after table right under the verdict. ``price_per_gpu_hour``: add the cost table.
     """
     from jinja2 import Environment, select_autoescape
 
@@ -129,6 +129,7 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
     facts = run_facts(run, Thresholds())
     step_header, step_rows = breakdown_rows(facts)
     top_kernels, top_ops = top_rows(facts, 10)
+    cost_heading_text, cost_table = _cost(facts, ranked, verified, price_per_gpu_hour)
     figure_map = build_figures(run)
     rendered = charts.render_charts(figure_map)
     manifest = run.manifest
@@ -158,14 +159,33 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
         top_ops=top_ops,
         verified_rows=try_rows(verified) if verified is not None else [],
         verified_verdict=try_verdict(verified) if verified is not None else "",
+        cost_heading=cost_heading_text,
+        cost_rows=cost_table,
     )
 
 
+def _cost(facts: Any, findings: list[Finding], verified: TryComparison | None,
+          price: float | None) -> tuple[str, list[tuple[str, str]]]:
+    """The cost table's heading and rows (empty without a price or without steps)."""
+    if price is None:
+        return "", []
+    from gpudoctor.analysis.cost import run_cost, try_savings
+    from gpudoctor.report.cost_view import cost_heading, cost_rows
+
+    cost = run_cost(facts, findings, price)
+    if cost is None:
+        return "", []
+    savings = try_savings(cost, verified) if verified is not None else None
+    unverified = tuple(verified.knobs) if verified is not None and savings is None else ()
+    return cost_heading(cost), cost_rows(cost, savings, unverified)
+
+
 def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
-                 out: Path | None = None, *, verified: TryComparison | None = None) -> Path:
+                 out: Path | None = None, *, verified: TryComparison | None = None,
+                 price_per_gpu_hour: float | None = None) -> Path:
     """Render and write the report (default ``RUNDIR/report.html``); return its path."""
     path = Path(out) if out is not None else run.path / REPORT
-    text = render_report(run, findings, verified)
+    text = render_report(run, findings, verified, price_per_gpu_hour=price_per_gpu_hour)
     write_text_atomic(path, text)
     return path
 
