@@ -48,6 +48,8 @@ RULES: tuple[Rule, ...] = (
     numerics_rules.check_nonfinite_loss,
     numerics_rules.check_scaler,
     distributed_rules.check_set_epoch,
+    distributed_rules.check_dist_sampler,
+    distributed_rules.check_data_parallel,
     distributed_rules.check_same_gpu,
     distributed_rules.check_comm_exposed,
     distributed_rules.check_straggler,
@@ -61,7 +63,9 @@ CORRECTNESS_ORDER = (
     numerics_rules.CODE_SCALER,
     memory_rules.CODE_LEAK,
     memory_rules.CODE_FRAG,
+    distributed_rules.CODE_NO_DIST_SAMPLER,
     distributed_rules.CODE_SET_EPOCH,
+    distributed_rules.CODE_DATA_PARALLEL,
     run_rules.CODE_CRASHED,
     run_rules.CODE_NO_STEPS,
 )
