@@ -23,6 +23,7 @@ from gpudoctor.analysis import (
     sync_rules,
     tail_rules,
     transfer_rules,
+    trend_rules,
 )
 from gpudoctor.analysis.facts import RunFacts, run_facts
 from gpudoctor.analysis.thresholds import Thresholds
@@ -42,6 +43,7 @@ RULES: tuple[Rule, ...] = (
     conv_rules.check_cudnn_benchmark,
     tail_rules.check_periodic_stalls,
     compile_rules.check_recompiles,
+    trend_rules.check_slowdown,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
     memory_rules.check_headroom,

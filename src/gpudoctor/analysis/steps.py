@@ -72,6 +72,54 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
 
 
 @dataclass(frozen=True, slots=True)
+class StepTrend:
+    """Step time against the step index over the steady steps: a run that slows down as it goes.
+
+    Attributes:
+        fit: least-squares line of ``step_ms`` against the step index.
+        first_step, last_step: the steady steps it spans; ``first_t_s``/``last_t_s``: when
+            they ended (the probes' clock), to read other samples over the same span.
+    """
+
+    fit: LineFit
+    first_step: int
+    last_step: int
+    first_t_s: float = 0.0
+    last_t_s: float = 0.0
+
+    @property
+    def first_ms(self) -> float:
+        """The fitted time of the first steady step."""
+        return self.fit.slope * self.first_step + self.fit.intercept
+
+    @property
+    def growth_ms(self) -> float:
+        """What the fitted step time gained from the first steady step to the last."""
+        return self.fit.slope * (self.last_step - self.first_step)
+
+    @property
+    def growth_frac(self) -> float:
+        """``growth_ms`` over ``first_ms`` (0.0 when the first fitted step is not positive)."""
+        return self.growth_ms / self.first_ms if self.first_ms > 0 else 0.0
+
+    @property
+    def lost_share(self) -> float:
+        """The share of the steady steps' (fitted) time spent beyond the first fitted step: what
+        the slow-down cost the recorded run. On a line that is half the growth over the mean."""
+        mean = self.first_ms + self.growth_ms / 2.0
+        return max(0.0, self.growth_ms / 2.0) / mean if mean > 0 else 0.0
+
+
+def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
+    """Fit ``step_ms`` against the step index over ``used`` (``None`` under 3 steps)."""
+    fit = least_squares([float(s.step) for s in used], [s.step_ms for s in used])
+    if fit is None:
+        return None
+    return StepTrend(fit=fit, first_step=used[0].step, last_step=used[-1].step,
+                     first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s)
+
+
+@dataclass(frozen=True, slots=True)
 class Tail:
     """Steps much slower than the typical one, which a median hides (one step in N that waits).
 
@@ -149,6 +197,7 @@ class RankStepStats:
         recompile_steps, recompiles, recompile_ms: steady steps in which ``torch.compile``
             compiled frames, how many frames, and those steps' time beyond the median step.
         tail: the slow steps the median hides.
+        trend: step time against the step index (a run that slows down over time).
     """
 
     rank: int
@@ -184,6 +233,7 @@ class RankStepStats:
     recompile_steps: tuple[int, ...] = ()
     recompiles: int = 0
     recompile_ms: float = 0.0
+    trend: StepTrend | None = None
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -295,7 +345,9 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),
         recompile_ms=sum(max(0.0, s.step_ms - step_ms) for s in used if s.compiles),
+        trend=step_trend(used),
     )
 
 
-__all__ = ["LineFit", "RankStepStats", "Tail", "least_squares", "median", "rank_step_stats", "steady_steps"]
+__all__ = ["LineFit", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
+           "steady_steps", "step_trend"]
