@@ -198,6 +198,10 @@ class RankStepStats:
             compiled frames, how many frames, and those steps' time beyond the median step.
         tail: the slow steps the median hides.
         trend: step time against the step index (a run that slows down over time).
+        grad_norms: ``(step, norm)`` of the steady steps whose global gradient norm was recorded
+            (the script's ``clip_grad_norm_``), steps the GradScaler skipped left out.
+        nonfinite_grad_steps: steps (all, warm-up included) whose recorded norm was NaN or inf,
+            steps the GradScaler skipped left out (an inf there is what it is for).
     """
 
     rank: int
@@ -234,6 +238,8 @@ class RankStepStats:
     recompiles: int = 0
     recompile_ms: float = 0.0
     trend: StepTrend | None = None
+    grad_norms: tuple[tuple[int, float], ...] = ()
+    nonfinite_grad_steps: tuple[int, ...] = ()
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -346,6 +352,11 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         recompiles=sum(s.compiles or 0 for s in used),
         recompile_ms=sum(max(0.0, s.step_ms - step_ms) for s in used if s.compiles),
         trend=step_trend(used),
+        grad_norms=tuple((s.step, s.grad_norm) for s in used
+                         if s.grad_norm is not None and not s.scaler_skipped),
+        nonfinite_grad_steps=tuple(s.step for s in sorted(steps, key=lambda s: s.step)
+                                   if s.grad_norm is not None and not s.scaler_skipped
+                                   and not math.isfinite(s.grad_norm)),
     )
 
 

@@ -97,6 +97,11 @@ class Thresholds:
             ~0.03% at n = 20 (t = sqrt(n - 2) with n - 2 degrees of freedom).
         slowdown_min_steps: the trend is judged on at least this many steady steps; fewer and a
             burst of scheduling noise on a busy host can make a line out of nothing (see above).
+        grad_explode_factor: the global gradient norm "explodes" when the median of the last
+            quarter of the steady steps' norms exceeds this many times the median of the first
+            quarter. 10x: a healthy run's norm drifts by small factors as the loss falls (it
+            usually shrinks), while a diverging one grows geometrically; medians of quarters
+            keep one spiky batch from deciding.
     """
 
     warmup_steps: int = 5
@@ -135,6 +140,7 @@ class Thresholds:
     slowdown_min_growth: float = 0.10
     slowdown_min_r2: float = 0.5
     slowdown_min_steps: int = 20
+    grad_explode_factor: float = 10.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
