@@ -91,12 +91,14 @@ class Thresholds:
             grows by at least this share of the first fitted steady step over the steady steps.
             10%, the same bar as ``warn_gain``: a smaller drift over a recorded window is within
             the run-to-run noise of one script on one GPU (``info_gain`` x 3).
-        slowdown_min_r2: and the line must explain this share of the step-time variance (R^2):
-            a steady climb, not a few slow steps at the end. 0.5: for n independent noisy steps
-            R^2 >= 0.5 with a rising slope happens by chance with probability ~1% at n = 10 and
-            ~0.03% at n = 20 (t = sqrt(n - 2) with n - 2 degrees of freedom).
-        slowdown_min_steps: the trend is judged on at least this many steady steps; fewer and a
-            burst of scheduling noise on a busy host can make a line out of nothing (see above).
+        slowdown_min_r2: and the line (fitted to the medians of up to 10 windows of steps,
+            ``analysis.steps.StepTrend``) must explain this share of their variance (R^2): a
+            steady climb, not a few slow steps at the end. 0.5: for n independent noisy points
+            R^2 >= 0.5 with a rising slope happens by chance with probability ~1% at n = 10
+            (t = sqrt(n - 2) with n - 2 degrees of freedom), and the 10% growth must hold too.
+        slowdown_min_steps: the trend is judged on at least this many steady steps (6 windows
+            of 3); fewer and a burst of scheduling noise on a busy host can make a line out of
+            nothing.
         grad_explode_factor: the global gradient norm "explodes" when the median of the last
             quarter of the steady steps' norms exceeds this many times the median of the first
             quarter. 10x: a healthy run's norm drifts by small factors as the loss falls (it

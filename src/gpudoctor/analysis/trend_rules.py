@@ -51,7 +51,8 @@ def _slowdown(rf: RankFacts, facts: RunFacts, th: Thresholds) -> list[Finding]:
     evidence = [
         f"rank {rf.rank}: the fitted step time went from {ms(t.first_ms)} at step {t.first_step} "
         f"to {ms(t.first_ms + t.growth_ms)} at step {t.last_step} (+{pct(t.growth_frac)}, "
-        f"{per_100:+.2f} ms per 100 steps, R² {t.fit.r2:.2f} over {rf.stats.n_used} steady steps)",
+        f"{per_100:+.2f} ms per 100 steps, R² {t.fit.r2:.2f} over the medians of {t.windows} windows "
+        f"of the {rf.stats.n_used} steady steps)",
         f"it cost {pct(t.lost_share)} of the recorded steps' time; at this rate a step takes "
         f"{ms(later)} {PROJECT_STEPS} steps later",
         *_causes(rf, facts, th),
@@ -93,7 +94,7 @@ def _host_line(host: HostMemoryTrend | None, rf: RankFacts, th: Thresholds) -> s
     loader = main_loader(rf.config)
     workers = loader.num_workers if loader is not None else 0
     if host is None:
-        return "host memory of the process tree was not sampled (no host.jsonl)"
+        return "host memory of the process tree: no host sample during the steady steps"
     growth = host.last_bytes - host.first_bytes
     grows = (host.fit.r2 >= th.leak_min_r2 and host.first_bytes > 0
              and host.fit.slope * host.span_s >= th.leak_min_growth_frac * host.first_bytes)
