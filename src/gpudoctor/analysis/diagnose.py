@@ -15,6 +15,7 @@ from gpudoctor.analysis import (
     compute_rules,
     conv_rules,
     distributed_rules,
+    gradient_rules,
     input_rules,
     memory_rules,
     numerics_rules,
@@ -23,6 +24,7 @@ from gpudoctor.analysis import (
     sync_rules,
     tail_rules,
     transfer_rules,
+    trend_rules,
 )
 from gpudoctor.analysis.facts import RunFacts, run_facts
 from gpudoctor.analysis.thresholds import Thresholds
@@ -42,12 +44,17 @@ RULES: tuple[Rule, ...] = (
     conv_rules.check_cudnn_benchmark,
     tail_rules.check_periodic_stalls,
     compile_rules.check_recompiles,
+    trend_rules.check_slowdown,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
     memory_rules.check_headroom,
     numerics_rules.check_nonfinite_loss,
     numerics_rules.check_scaler,
+    gradient_rules.check_exploding,
+    gradient_rules.check_zero,
     distributed_rules.check_set_epoch,
+    distributed_rules.check_dist_sampler,
+    distributed_rules.check_data_parallel,
     distributed_rules.check_same_gpu,
     distributed_rules.check_comm_exposed,
     distributed_rules.check_straggler,
@@ -58,10 +65,14 @@ RULES: tuple[Rule, ...] = (
 CORRECTNESS_ORDER = (
     distributed_rules.CODE_SAME_GPU,
     numerics_rules.CODE_NONFINITE,
+    gradient_rules.CODE_EXPLODING,
+    gradient_rules.CODE_ZERO,
     numerics_rules.CODE_SCALER,
     memory_rules.CODE_LEAK,
     memory_rules.CODE_FRAG,
+    distributed_rules.CODE_NO_DIST_SAMPLER,
     distributed_rules.CODE_SET_EPOCH,
+    distributed_rules.CODE_DATA_PARALLEL,
     run_rules.CODE_CRASHED,
     run_rules.CODE_NO_STEPS,
 )

@@ -1,8 +1,9 @@
-"""Several ranks: sampler epochs, device placement, exposed communication, stragglers."""
+"""Several ranks: samplers and their epochs, DataParallel, device placement, exposed communication,
+stragglers."""
 
 from __future__ import annotations
 
-from gpudoctor.analysis.facts import RunFacts
+from gpudoctor.analysis.facts import RunFacts, main_loader
 from gpudoctor.analysis.prescription import ms, pct, performance_finding
 from gpudoctor.analysis.steps import median
 from gpudoctor.analysis.thresholds import Thresholds
@@ -13,6 +14,98 @@ CODE_SET_EPOCH = "GD-RUN-NO-SET-EPOCH"
 CODE_SAME_GPU = "GD-RUN-SAME-GPU"
 CODE_COMM = "GD-RUN-DDP-COMM-EXPOSED"
 CODE_STRAGGLER = "GD-RUN-STRAGGLER"
+CODE_NO_DIST_SAMPLER = "GD-RUN-NO-DIST-SAMPLER"
+CODE_DATA_PARALLEL = "GD-RUN-DATA-PARALLEL"
+
+SHARDED_KINDS = ("ddp", "fsdp", "fsdp2")  # one process per GPU, each meant to see 1/N of the data
+# the sampler PyTorch's DataLoader gives an IterableDataset: the dataset shards itself (or not:
+# that is the dataset's business, out of the sampler's reach)
+ITERABLE_SAMPLER = "_InfiniteConstantSampler"
+
+
+def _shards(sampler: str, set_epoch_called: bool | None) -> bool:
+    """The sampler splits the data between ranks: a DistributedSampler, or any sampler the probes
+    saw with ``num_replicas`` and ``set_epoch`` (they record ``set_epoch_called`` for those)."""
+    return sampler == "DistributedSampler" or set_epoch_called is not None
+
+
+def check_dist_sampler(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """DDP/FSDP with world size > 1 whose training loader has no DistributedSampler: every rank
+    iterates the whole dataset ("fine on 1 GPU, OOM on 2", seed 001 §5): N ranks do N times the
+    work for one epoch of learning, and a dataset each rank loads into memory is loaded N times.
+
+    Correctness, not speed: reported on every rank it affects (the first one's loader in the
+    evidence). An IterableDataset is left out: it has no sampler and shards itself.
+    """
+    hits = []
+    for rank, cfg in sorted(facts.configs.items()):
+        if cfg.ddp is None or cfg.ddp.kind not in SHARDED_KINDS or cfg.world_size < 2:
+            continue
+        lo = main_loader(cfg)
+        if lo is None or lo.sampler == ITERABLE_SAMPLER or _shards(lo.sampler, lo.set_epoch_called):
+            continue
+        hits.append((rank, cfg, lo))
+    if not hits:
+        return []
+    rank, cfg, lo = hits[0]
+    size = f" of {lo.dataset_len} samples" if lo.dataset_len else ""
+    evidence = [
+        f"rank {rank} ({cfg.ddp.kind}, world size {cfg.world_size}): its training loader iterates "
+        f"{lo.dataset}{size} with {lo.sampler or 'no sampler'}, not a DistributedSampler",
+        f"ranks affected: {', '.join(str(r) for r, _, _ in hits)}; each sees the whole dataset, so "
+        f"one epoch is {cfg.world_size}x the work (and ranks seeded alike train on the same batches)",
+    ]
+    return [Finding(
+        code=CODE_NO_DIST_SAMPLER, severity=Severity.WARN,
+        title=f"{cfg.ddp.kind.upper()} without DistributedSampler: every rank loads the whole dataset",
+        evidence=tuple(evidence),
+        fix=(
+            "from torch.utils.data.distributed import DistributedSampler\n"
+            "sampler = DistributedSampler(dataset, shuffle=True)   # 1/world_size of it per rank\n"
+            "loader = DataLoader(dataset, batch_size=B, sampler=sampler)  # no shuffle=True here\n"
+            "for epoch in range(epochs):\n"
+            "    sampler.set_epoch(epoch)   # a new permutation each epoch, the same on every rank\n"
+            "    for x, y in loader:\n"
+            "        ..."
+        ),
+        expected_gain=None,
+    )]
+
+
+def check_data_parallel(facts: RunFacts, th: Thresholds) -> list[Finding]:
+    """``torch.nn.DataParallel``: one process drives every GPU (seed 002 §5.1, 000 §5.3).
+
+    Each step it scatters the batch from GPU 0, replicates the model to every GPU, gathers the
+    outputs back onto GPU 0 and runs all of that from one Python thread under the GIL: GPU 0
+    carries more memory than the others and the GPUs wait for the host. DDP (one process per
+    GPU) is PyTorch's recommendation even on one machine. No expected gain: it depends on the
+    model, and ``gpudoctor run`` measures the DDP version once it exists. INFO on a run without
+    CUDA (DataParallel then only wraps the module).
+    """
+    for rank, cfg in sorted(facts.configs.items()):
+        if cfg.ddp is None or cfg.ddp.kind != "dp":
+            continue
+        n = len(cfg.ddp.device_ids)
+        gpus = f"{n} GPUs (device_ids {list(cfg.ddp.device_ids)})" if n else "every visible GPU"
+        evidence = [f"rank {rank}: torch.nn.DataParallel over {gpus}, in one process"]
+        on_gpu = cfg.device.startswith("cuda")
+        if not on_gpu:  # a note: here it only wrapped the module, on a GPU machine it will not
+            evidence.append("this run had no CUDA device: DataParallel only wrapped the module")
+        return [Finding(
+            code=CODE_DATA_PARALLEL, severity=Severity.WARN if on_gpu else Severity.INFO,
+            title="DataParallel: one process drives all the GPUs; DDP is faster",
+            evidence=tuple(evidence),
+            fix=(
+                "# one process per GPU: torchrun --nproc_per_node <GPUs> train.py\n"
+                "local_rank = int(os.environ[\"LOCAL_RANK\"])\n"
+                "torch.cuda.set_device(local_rank)\n"
+                "dist.init_process_group(\"nccl\")\n"
+                "model = DDP(model.to(local_rank), device_ids=[local_rank])   # not nn.DataParallel\n"
+                "loader = DataLoader(ds, batch_size=B // world_size, sampler=DistributedSampler(ds))"
+            ),
+            expected_gain=None,
+        )]
+    return []
 
 
 def check_set_epoch(facts: RunFacts, th: Thresholds) -> list[Finding]:
@@ -214,5 +307,6 @@ def check_straggler(facts: RunFacts, th: Thresholds) -> list[Finding]:
     )
 
 
-__all__ = ["CODE_COMM", "CODE_SAME_GPU", "CODE_SET_EPOCH", "CODE_STRAGGLER", "check_comm_exposed",
+__all__ = ["CODE_COMM", "CODE_DATA_PARALLEL", "CODE_NO_DIST_SAMPLER", "CODE_SAME_GPU", "CODE_SET_EPOCH",
+           "CODE_STRAGGLER", "check_comm_exposed", "check_data_parallel", "check_dist_sampler",
            "check_same_gpu", "check_set_epoch", "check_straggler"]

@@ -14,7 +14,7 @@ from gpudoctor.analysis.breakdown import (
 )
 from gpudoctor.analysis.steps import RankStepStats, rank_step_stats
 from gpudoctor.analysis.thresholds import Thresholds
-from gpudoctor.analysis.utilization import GpuUtilSummary, summarize_gpus
+from gpudoctor.analysis.utilization import GpuUtilSummary, HostMemoryTrend, host_memory_trend, summarize_gpus
 from gpudoctor.records.run import LoaderConfig, RankConfig, WindowSummary
 from gpudoctor.records.rundir import RunData
 
@@ -136,6 +136,7 @@ class RunFacts:
     on_gpu: bool
     configs: dict[int, RankConfig]
     ran_out_of_memory: bool = False  # an OOM snapshot was written, or the allocator counted one
+    host_memory: HostMemoryTrend | None = None  # the process tree's RSS over the run (host samples)
 
 
 def _nvml_util(gpus: list[GpuUtilSummary], config: RankConfig | None) -> float | None:
@@ -186,8 +187,12 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
     world = run.manifest.world_size or max(
         [c.world_size for c in run.configs.values()] + [len(run.ranks), 1])
     oom = run.oom is not None or any(r.stats.ooms for r in ranks)
+    spans = [r.stats.trend for r in ranks if r.stats.trend is not None]
+    host = host_memory_trend(run.host, min(t.first_t_s for t in spans),
+                             max(t.last_t_s for t in spans)) if spans else None
     return RunFacts(ranks=tuple(ranks), gpus=tuple(gpus), world_size=world,
-                    on_gpu=_uses_gpu(run), configs=dict(run.configs), ran_out_of_memory=oom)
+                    on_gpu=_uses_gpu(run), configs=dict(run.configs), ran_out_of_memory=oom,
+                    host_memory=host)
 
 
 __all__ = ["Breakdown", "RankFacts", "RunFacts", "main_loader", "profiled_steps", "rank_stats",

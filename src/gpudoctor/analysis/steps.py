@@ -72,6 +72,73 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
 
 
 @dataclass(frozen=True, slots=True)
+class StepTrend:
+    """Step time against the step index over the steady steps: a run that slows down as it goes.
+
+    The line is fitted to the medians of consecutive windows of steps (``TREND_WINDOWS`` of
+    them), not to every step: one step that waits on the scheduler or the allocator is a point
+    far off any line and would drown a steady climb in a least-squares fit of single steps (a
+    CPU run whose steps grew from 0.23 to 0.52 ms had R^2 0.01 over its steps, because of a few
+    1-2 ms ones); a window's median ignores it and follows the climb.
+
+    Attributes:
+        fit: least-squares line of the windows' median ``step_ms`` against their mean step index.
+        windows: how many windows (points) the line was fitted to.
+        first_step, last_step: the steady steps it spans; ``first_t_s``/``last_t_s``: when
+            they ended (the probes' clock), to read other samples over the same span.
+    """
+
+    fit: LineFit
+    first_step: int
+    last_step: int
+    windows: int = 0
+    first_t_s: float = 0.0
+    last_t_s: float = 0.0
+
+    @property
+    def first_ms(self) -> float:
+        """The fitted time of the first steady step."""
+        return self.fit.slope * self.first_step + self.fit.intercept
+
+    @property
+    def growth_ms(self) -> float:
+        """What the fitted step time gained from the first steady step to the last."""
+        return self.fit.slope * (self.last_step - self.first_step)
+
+    @property
+    def growth_frac(self) -> float:
+        """``growth_ms`` over ``first_ms`` (0.0 when the first fitted step is not positive)."""
+        return self.growth_ms / self.first_ms if self.first_ms > 0 else 0.0
+
+    @property
+    def lost_share(self) -> float:
+        """The share of the steady steps' (fitted) time spent beyond the first fitted step: what
+        the slow-down cost the recorded run. On a line that is half the growth over the mean."""
+        mean = self.first_ms + self.growth_ms / 2.0
+        return max(0.0, self.growth_ms / 2.0) / mean if mean > 0 else 0.0
+
+
+TREND_WINDOWS = 10  # at most this many points on the trend line: windows of >= TREND_MIN_WINDOW steps
+TREND_MIN_WINDOW = 3
+
+
+def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
+    """Fit the step time against the step index over ``used``, window medians as the points
+    (``None`` with fewer than 3 windows)."""
+    size = max(TREND_MIN_WINDOW, math.ceil(len(used) / TREND_WINDOWS))
+    chunks = [list(used[i:i + size]) for i in range(0, len(used) - size + 1, size)]
+    if chunks and len(used) % size:
+        chunks[-1].extend(used[len(chunks) * size:])  # the remainder joins the last window
+    xs = [sum(s.step for s in c) / len(c) for c in chunks]
+    ys = [median([s.step_ms for s in c]) or 0.0 for c in chunks]
+    fit = least_squares(xs, ys)
+    if fit is None:
+        return None
+    return StepTrend(fit=fit, first_step=used[0].step, last_step=used[-1].step, windows=len(chunks),
+                     first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s)
+
+
+@dataclass(frozen=True, slots=True)
 class Tail:
     """Steps much slower than the typical one, which a median hides (one step in N that waits).
 
@@ -149,6 +216,11 @@ class RankStepStats:
         recompile_steps, recompiles, recompile_ms: steady steps in which ``torch.compile``
             compiled frames, how many frames, and those steps' time beyond the median step.
         tail: the slow steps the median hides.
+        trend: step time against the step index (a run that slows down over time).
+        grad_norms: ``(step, norm)`` of the steady steps whose global gradient norm was recorded
+            (the script's ``clip_grad_norm_``), steps the GradScaler skipped left out.
+        nonfinite_grad_steps: steps (all, warm-up included) whose recorded norm was NaN or inf,
+            steps the GradScaler skipped left out (an inf there is what it is for).
     """
 
     rank: int
@@ -184,6 +256,9 @@ class RankStepStats:
     recompile_steps: tuple[int, ...] = ()
     recompiles: int = 0
     recompile_ms: float = 0.0
+    trend: StepTrend | None = None
+    grad_norms: tuple[tuple[int, float], ...] = ()
+    nonfinite_grad_steps: tuple[int, ...] = ()
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -295,7 +370,14 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),
         recompile_ms=sum(max(0.0, s.step_ms - step_ms) for s in used if s.compiles),
+        trend=step_trend(used),
+        grad_norms=tuple((s.step, s.grad_norm) for s in used
+                         if s.grad_norm is not None and not s.scaler_skipped),
+        nonfinite_grad_steps=tuple(s.step for s in sorted(steps, key=lambda s: s.step)
+                                   if s.grad_norm is not None and not s.scaler_skipped
+                                   and not math.isfinite(s.grad_norm)),
     )
 
 
-__all__ = ["LineFit", "RankStepStats", "Tail", "least_squares", "median", "rank_step_stats", "steady_steps"]
+__all__ = ["LineFit", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
+           "steady_steps", "step_trend", "TREND_WINDOWS"]

@@ -87,6 +87,23 @@ class Thresholds:
             so the means of n steps differ by up to 2 steps / n from where the count starts and
             ends alone; below ``2 / straggler_min_skew`` = 20 steps that boundary effect can
             reach the 10% skew by itself.
+        slowdown_min_growth: training "slows down over time" when the least-squares step time
+            grows by at least this share of the first fitted steady step over the steady steps.
+            10%, the same bar as ``warn_gain``: a smaller drift over a recorded window is within
+            the run-to-run noise of one script on one GPU (``info_gain`` x 3).
+        slowdown_min_r2: and the line (fitted to the medians of up to 10 windows of steps,
+            ``analysis.steps.StepTrend``) must explain this share of their variance (R^2): a
+            steady climb, not a few slow steps at the end. 0.5: for n independent noisy points
+            R^2 >= 0.5 with a rising slope happens by chance with probability ~1% at n = 10
+            (t = sqrt(n - 2) with n - 2 degrees of freedom), and the 10% growth must hold too.
+        slowdown_min_steps: the trend is judged on at least this many steady steps (6 windows
+            of 3); fewer and a burst of scheduling noise on a busy host can make a line out of
+            nothing.
+        grad_explode_factor: the global gradient norm "explodes" when the median of the last
+            quarter of the steady steps' norms exceeds this many times the median of the first
+            quarter. 10x: a healthy run's norm drifts by small factors as the loss falls (it
+            usually shrinks), while a diverging one grows geometrically; medians of quarters
+            keep one spiky batch from deciding.
     """
 
     warmup_steps: int = 5
@@ -122,6 +139,10 @@ class Thresholds:
     tail_slow_factor: float = 1.5
     tail_max_slow_frac: float = 0.25
     tail_min_excess: float = 0.10
+    slowdown_min_growth: float = 0.10
+    slowdown_min_r2: float = 0.5
+    slowdown_min_steps: int = 20
+    grad_explode_factor: float = 10.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -132,7 +153,8 @@ class Thresholds:
                      "pageable_min_share", "idle_min_share", "tiny_kernel_min_frac",
                      "compute_min_busy", "leak_min_r2", "frag_min_waste_frac",
                      "headroom_max_mem_frac", "headroom_max_busy", "scaler_max_skip_frac",
-                     "comm_min_exposed_share", "straggler_min_skew", "tail_min_excess", "tail_max_slow_frac"):
+                     "comm_min_exposed_share", "straggler_min_skew", "tail_min_excess", "tail_max_slow_frac",
+                     "slowdown_min_r2"):
             if getattr(self, name) > 1:
                 raise ValueError(f"Thresholds.{name} is a share; give a value between 0 and 1")
         if self.info_gain > self.warn_gain:

@@ -1,4 +1,5 @@
-"""GPU utilisation and memory summaries from NVML samples (``GpuSample``), one per GPU index.
+"""GPU utilisation and memory summaries from NVML samples (``GpuSample``), one per GPU index, and
+the memory trend of the watched process tree from the host samples (``HostSample``).
 
 NVML's ``utilization.gpu`` is the share of time *any* kernel ran in the last sample period, not
 how busy the SMs were: 100% with one tiny kernel at a time is possible. It is therefore shown as
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudoctor.analysis.steps import median
-from gpudoctor.records.gpu import GpuSample
+from gpudoctor.analysis.steps import LineFit, least_squares, median
+from gpudoctor.records.gpu import GpuSample, HostSample
 
 IDLE_UTIL_PCT = 10.0  # below this NVML utilisation a sample counts as "GPU idle"
 
@@ -86,4 +87,41 @@ def summarize_gpus(samples: Sequence[GpuSample]) -> list[GpuUtilSummary]:
     return out
 
 
-__all__ = ["IDLE_UTIL_PCT", "GpuUtilSummary", "summarize_gpus"]
+@dataclass(frozen=True, slots=True)
+class HostMemoryTrend:
+    """Resident memory of the watched process tree (the script, its DataLoader workers, torchrun's
+    ranks) over the run, from the host samples: a least-squares line against time.
+
+    Attributes:
+        fit: bytes against seconds since the first sample.
+        first_bytes, last_bytes: the first and last readings; ``span_s``: seconds between them.
+    """
+
+    fit: LineFit
+    first_bytes: int
+    last_bytes: int
+    span_s: float
+
+    @property
+    def bytes_per_min(self) -> float:
+        return self.fit.slope * 60.0
+
+
+def host_memory_trend(samples: Sequence[HostSample], start_s: float,
+                      end_s: float) -> HostMemoryTrend | None:
+    """Fit the process tree's RSS against time between ``start_s`` and ``end_s`` (the steady
+    steps: start-up, which loads CUDA and the data, and the exit are not growth); ``None`` under
+    3 readings that know it."""
+    known = sorted((s.timestamp_s, s.tree_rss_bytes) for s in samples
+                   if s.tree_rss_bytes and start_s <= s.timestamp_s <= end_s)
+    if len(known) < 3:
+        return None
+    t0 = known[0][0]
+    fit = least_squares([t - t0 for t, _ in known], [float(b) for _, b in known])
+    if fit is None:
+        return None
+    return HostMemoryTrend(fit=fit, first_bytes=known[0][1], last_bytes=known[-1][1],
+                           span_s=known[-1][0] - t0)
+
+
+__all__ = ["IDLE_UTIL_PCT", "GpuUtilSummary", "HostMemoryTrend", "host_memory_trend", "summarize_gpus"]

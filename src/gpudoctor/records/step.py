@@ -46,6 +46,9 @@ class StepRecord:
             ``gpudoctor run``; calling it every step slows training and fixes no leak).
         compiles: frames ``torch.compile`` compiled during the step (``None`` when TorchDynamo
             was not in use); after warm-up each one is a recompilation.
+        grad_norm: the global gradient norm the script's ``torch.nn.utils.clip_grad_norm_``
+            returned in the step (its last call), read lazily like the loss (added by
+            ``gpudoctor run``); ``None`` when the script does not clip.
     """
 
     rank: int
@@ -71,3 +74,4 @@ class StepRecord:
     micro_steps: int = 1
     empty_cache_calls: int = 0
     compiles: int | None = None
+    grad_norm: float | None = None

@@ -232,6 +232,10 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
         if loss is not None:
             waiting.update(("loss", "loss_finite"))
             _apply(S.lazy.push(step, "loss", loss, finite_field="loss_finite"))
+        norm, S.last_grad_norm = S.last_grad_norm, None
+        if norm is not None:  # the script's clip_grad_norm_ computed it: read it lazily too
+            waiting.add("grad_norm")
+            _apply(S.lazy.push(step, "grad_norm", norm))
         if found_inf is not None:
             if isinstance(found_inf, list):
                 found_inf = sum(t.float() for t in found_inf)  # device ops: no sync

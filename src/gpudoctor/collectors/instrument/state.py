@@ -35,6 +35,7 @@ class State:
         self.hook_fired = False
         self.last_scaled: tuple[int, Any] | None = None  # (id(scaled loss), unscaled loss)
         self.last_loss: Any = None
+        self.last_grad_norm: Any = None  # clip_grad_norm_'s returned tensor, this step
         self.scaler_seen = False
         self.scaler_fused: Any = None  # the GradScaler inside whose step() a fused optimizer steps
         self.reset_step()
