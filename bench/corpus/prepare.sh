@@ -3,7 +3,8 @@
 # mirrors into a git-ignored folder that a device call carries. Run on the development machine,
 # before the device call:
 #     bash bench/corpus/prepare.sh [DEST]        # DEST default: <repository root>/.corpus
-# Needs the bare mirrors made by the search tool's fetch (MIRRORS, default /work/.mirror):
+# Needs the bare mirrors made by the search tool's fetch (MIRRORS, default: .mirror beside the
+# repository's folder):
 #   pytorch/examples -> $MIRRORS/pytorch+examples/repo, karpathy/minGPT -> $MIRRORS/karpathy+minGPT/repo.
 # Files are copied one by one from HEAD (git cat-file), so a blob the mirror lacks (the
 # wikitext-2 text files of word_language_model, which make_data.py replaces) is skipped
@@ -13,7 +14,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 dest="${1:-$root/.corpus}"
-mirrors="${MIRRORS:-/work/.mirror}"
+mirrors="${MIRRORS:-$root/../.mirror}"
 
 # repository name in the corpus | bare git dir | owner/name | folders to copy | files to skip (regex)
 specs=(
