@@ -22,8 +22,10 @@ import make_data  # noqa: E402
 import manifest  # noqa: E402
 import tables  # noqa: E402
 
-MIRRORS = {"pytorch-examples": Path("/work/.mirror/pytorch+examples/repo"),
-           "minGPT": Path("/work/.mirror/karpathy+minGPT/repo")}
+# the bare mirrors the search tool's fetch makes, beside the repository (absent in CI: skipped)
+_MIRROR_ROOT = Path(__file__).resolve().parents[3].parent / ".mirror"
+MIRRORS = {"pytorch-examples": _MIRROR_ROOT / "pytorch+examples" / "repo",
+           "minGPT": _MIRROR_ROOT / "karpathy+minGPT" / "repo"}
 
 
 def _upstream(repo: str, rel: str) -> str | None:

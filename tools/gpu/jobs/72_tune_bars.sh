@@ -8,7 +8,7 @@
 # script: `tune all --script` on pytorch/examples imagenet/main.py -a resnet18 --dummy -b 256 -j 4,
 #   budget TUNE_SCRIPT_BUDGET_S (420 s): the --try spec must hold bf16 (or fp16), gain >= 1.3, spreads shown.
 #   The script is not committed: before the call, in the repository root,
-#     mkdir -p .public && git --git-dir=/work/.mirror/pytorch+examples/repo show HEAD:imagenet/main.py \
+#     mkdir -p .public && git --git-dir=../.mirror/pytorch+examples/repo show HEAD:imagenet/main.py \
 #       > .public/imagenet_main.py && echo /.public/ >> .git/info/exclude
 #   and pass carry [".public"] to the device call.
 # Dry run on a CPU: TUNE_BAR=... TUNE_BAR_SMOKE=1 (tiny models; figures mean nothing).
