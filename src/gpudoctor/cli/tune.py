@@ -48,7 +48,21 @@ def register(app: typer.Typer) -> None:
             "knee", "--pick-batch", help="knee: write the batch where throughput flattens; max: the largest safe one."
         ),
     ) -> None:
-        """Tune batch size, DataLoader, precision, GradScaler and DDP by measuring real steps."""
+        """Tune batch size, DataLoader, precision, GradScaler and DDP by measuring real steps.
+
+        Every trial runs past warm-up and is repeated; a setting wins only above the run-to-run
+        noise, and a confirmation run of the tuned configuration against the starting one decides
+        whether anything is written (never a slower configuration). --budget-s sets the time.
+
+        Exit codes: 0 tuned (or the starting configuration kept, with the reason); 2 usage or
+        input error; 130 interrupted (nothing written).
+
+        \b
+        Examples:
+          gpudoctor tune all --target train.py:make_target --budget-s 420
+          gpudoctor tune loader --target mymodels:target --out tuned.toml
+          gpudoctor tune all --script "python train.py --epochs 1"
+        """
         import contextlib
         import sys
 
