@@ -86,9 +86,10 @@ def _gpu_series(samples: list[GpuSample]) -> list[GpuSeries]:
 class StepBreakdown:
     """Where each step's host wall time went, in ms, one list entry per step.
 
-    ``data_wait + h2d + compute + other == step`` for every step. ``compute`` is the GPU time
-    measured with CUDA events when known (capped so the parts never exceed the step), else 0;
-    ``other`` is the rest: Python, launch overhead, host syncs and communication not hidden.
+    ``data_wait + h2d + compute + other == step`` for every step. ``compute`` is the GPU span
+    between the step's boundaries measured with CUDA events when known (capped so the parts never
+    exceed the step), else 0 — a span, idle gaps included, not the GPU's busy time (that comes
+    from the profiler window: :mod:`gpudoctor.analysis.breakdown`); ``other`` is the rest.
     """
 
     rank: int

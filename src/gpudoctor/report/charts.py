@@ -62,7 +62,7 @@ def gpu_chart(series: list[GpuSeries], metric: str, title: str, unit: str):
 
 
 PARTS = ("data_wait_ms", "h2d_ms", "compute_ms", "other_ms")
-PART_LABELS = ("data wait", "H2D copies", "GPU compute", "other host time")
+PART_LABELS = ("data wait", "H2D copies", "GPU span (CUDA events)", "other host time")
 
 
 def _y_top(ordered: list[float]) -> float:
