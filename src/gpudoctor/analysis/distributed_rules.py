@@ -79,20 +79,24 @@ def check_data_parallel(facts: RunFacts, th: Thresholds) -> list[Finding]:
     outputs back onto GPU 0 and runs all of that from one Python thread under the GIL: GPU 0
     carries more memory than the others and the GPUs wait for the host. DDP (one process per
     GPU) is PyTorch's recommendation even on one machine. No expected gain: it depends on the
-    model, and ``gpudoctor run`` measures the DDP version once it exists. INFO on a run without
-    CUDA (DataParallel then only wraps the module).
+    model, and ``gpudoctor run`` measures the DDP version once it exists. INFO where it drove
+    one GPU or none (it then only wraps the module: pytorch/examples' imagenet script wraps its
+    model so on a one-GPU machine, where a WARN would have out-ranked its measured loader fix).
     """
     for rank, cfg in sorted(facts.configs.items()):
         if cfg.ddp is None or cfg.ddp.kind != "dp":
             continue
         n = len(cfg.ddp.device_ids)
-        gpus = f"{n} GPUs (device_ids {list(cfg.ddp.device_ids)})" if n else "every visible GPU"
+        gpus = f"{n} GPU(s) (device_ids {list(cfg.ddp.device_ids)})" if n else "every visible GPU"
         evidence = [f"rank {rank}: torch.nn.DataParallel over {gpus}, in one process"]
         on_gpu = cfg.device.startswith("cuda")
+        several = n >= 2 or (n == 0 and len(facts.gpus) >= 2)
         if not on_gpu:  # a note: here it only wrapped the module, on a GPU machine it will not
             evidence.append("this run had no CUDA device: DataParallel only wrapped the module")
+        elif not several:
+            evidence.append("over one GPU it only wraps the module; with several GPUs, use DDP")
         return [Finding(
-            code=CODE_DATA_PARALLEL, severity=Severity.WARN if on_gpu else Severity.INFO,
+            code=CODE_DATA_PARALLEL, severity=Severity.WARN if on_gpu and several else Severity.INFO,
             title="DataParallel: one process drives all the GPUs; DDP is faster",
             evidence=tuple(evidence),
             fix=(
