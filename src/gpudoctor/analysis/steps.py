@@ -86,6 +86,9 @@ class StepTrend:
         windows: how many windows (points) the line was fitted to.
         first_step, last_step: the steady steps it spans; ``first_t_s``/``last_t_s``: when
             they ended (the probes' clock), to read other samples over the same span.
+        late_slope: the slope of the later half of the windows alone (``None`` with fewer than
+            3 of them): a run still slowing down keeps climbing there, while a warm-up that
+            outlasted the warm-up drop has levelled off.
     """
 
     fit: LineFit
@@ -94,6 +97,7 @@ class StepTrend:
     windows: int = 0
     first_t_s: float = 0.0
     last_t_s: float = 0.0
+    late_slope: float | None = None
 
     @property
     def first_ms(self) -> float:
@@ -134,8 +138,11 @@ def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
     fit = least_squares(xs, ys)
     if fit is None:
         return None
+    half = len(xs) // 2
+    late = least_squares(xs[half:], ys[half:])
     return StepTrend(fit=fit, first_step=used[0].step, last_step=used[-1].step, windows=len(chunks),
-                     first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s)
+                     first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s,
+                     late_slope=None if late is None else late.slope)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,8 @@ def _slowdown(rf: RankFacts, facts: RunFacts, th: Thresholds) -> list[Finding]:
         return []
     if t.growth_frac < th.slowdown_min_growth or t.fit.r2 < th.slowdown_min_r2:
         return []
+    if t.late_slope is None or t.late_slope < 0.5 * t.fit.slope:
+        return []  # levelled off: a warm-up longer than the warm-up drop, not a slow-down
     per_100 = 100.0 * t.fit.slope
     later = t.first_ms + t.fit.slope * (t.last_step - t.first_step + PROJECT_STEPS)
     evidence = [

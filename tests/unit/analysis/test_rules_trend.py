@@ -92,3 +92,12 @@ def test_worst_rank_is_named(build):
                     windows={0: build.window(0), 1: build.window(1)})
     f = by_code(diagnose(run))[CODE]
     assert f.evidence[0].startswith("rank 1: ") and f.evidence[-1] == "rank 1 of 2 is the worst; the other ranks do not show it"
+
+
+def test_a_warm_up_that_levels_off_is_not_a_slow_down(build):
+    # pytorch/examples' vae on an H200: 8 ms steps climbing to 13 ms over the first 30 steps,
+    # then flat at 13 ms: the fitted line rises, its later half does not
+    run = build.run(steps_by_rank={0: build.steps(n=60, step_ms=lambda i: 8.0 + 5.0 * min(i, 30) / 30)})
+    t = run_facts(run, Thresholds()).ranks[0].stats.trend
+    assert t.growth_frac > 0.10 and t.fit.r2 > 0.5 and t.late_slope < 0.5 * t.fit.slope
+    assert CODE not in by_code(diagnose(run))
