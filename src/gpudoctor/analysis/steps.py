@@ -98,6 +98,7 @@ class StepTrend:
     first_t_s: float = 0.0
     last_t_s: float = 0.0
     late_slope: float | None = None
+    first_window_ms: float = 0.0
 
     @property
     def first_ms(self) -> float:
@@ -110,15 +111,22 @@ class StepTrend:
         return self.fit.slope * (self.last_step - self.first_step)
 
     @property
+    def start_ms(self) -> float:
+        """Where the climb starts: the fitted first step, or the first window's median when the
+        line starts lower (a steep, noisy fit can start near or below zero: on a loaded CPU one
+        run of a steadily slowing script fitted -0.6 ms at its first step)."""
+        return max(self.first_ms, self.first_window_ms)
+
+    @property
     def growth_frac(self) -> float:
-        """``growth_ms`` over ``first_ms`` (0.0 when the first fitted step is not positive)."""
-        return self.growth_ms / self.first_ms if self.first_ms > 0 else 0.0
+        """``growth_ms`` over ``start_ms`` (0.0 when that is not positive)."""
+        return self.growth_ms / self.start_ms if self.start_ms > 0 else 0.0
 
     @property
     def lost_share(self) -> float:
         """The share of the steady steps' (fitted) time spent beyond the first fitted step: what
         the slow-down cost the recorded run. On a line that is half the growth over the mean."""
-        mean = self.first_ms + self.growth_ms / 2.0
+        mean = self.start_ms + self.growth_ms / 2.0
         return max(0.0, self.growth_ms / 2.0) / mean if mean > 0 else 0.0
 
 
@@ -142,7 +150,7 @@ def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
     late = least_squares(xs[half:], ys[half:])
     return StepTrend(fit=fit, first_step=used[0].step, last_step=used[-1].step, windows=len(chunks),
                      first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s,
-                     late_slope=None if late is None else late.slope)
+                     late_slope=None if late is None else late.slope, first_window_ms=ys[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,8 +98,8 @@ class Thresholds:
             (t = sqrt(n - 2) with n - 2 degrees of freedom), and the 10% growth must hold too.
         slowdown_min_steps: the trend is judged on at least this many steady steps (6 windows
             of 3); fewer and a burst of scheduling noise on a busy host can make a line out of
-            nothing. The rule also needs the later half of the windows still climbing (at half
-            the overall slope or more): a warm-up that outlasts the warm-up drop levels off -
+            nothing. The rule also needs the later half of the windows still climbing (at a quarter
+            of the overall slope or more): a warm-up that outlasts the warm-up drop levels off -
             pytorch/examples' vae on an H200 went from 8 to 13 ms a step over its first 30
             steps and then stayed flat, which a line through all 49 steady steps projected to
             145 ms steps 1000 steps later.

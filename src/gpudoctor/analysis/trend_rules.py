@@ -46,13 +46,13 @@ def _slowdown(rf: RankFacts, facts: RunFacts, th: Thresholds) -> list[Finding]:
         return []
     if t.growth_frac < th.slowdown_min_growth or t.fit.r2 < th.slowdown_min_r2:
         return []
-    if t.late_slope is None or t.late_slope < 0.5 * t.fit.slope:
+    if t.late_slope is None or t.late_slope < 0.25 * t.fit.slope:
         return []  # levelled off: a warm-up longer than the warm-up drop, not a slow-down
     per_100 = 100.0 * t.fit.slope
-    later = t.first_ms + t.fit.slope * (t.last_step - t.first_step + PROJECT_STEPS)
+    later = t.start_ms + t.fit.slope * (t.last_step - t.first_step + PROJECT_STEPS)
     evidence = [
-        f"rank {rf.rank}: the fitted step time went from {ms(t.first_ms)} at step {t.first_step} "
-        f"to {ms(t.first_ms + t.growth_ms)} at step {t.last_step} (+{pct(t.growth_frac)}, "
+        f"rank {rf.rank}: the fitted step time went from {ms(t.start_ms)} at step {t.first_step} "
+        f"to {ms(t.start_ms + t.growth_ms)} at step {t.last_step} (+{pct(t.growth_frac)}, "
         f"{per_100:+.2f} ms per 100 steps, R² {t.fit.r2:.2f} over the medians of {t.windows} windows "
         f"of the {rf.stats.n_used} steady steps)",
         f"it cost {pct(t.lost_share)} of the recorded steps' time; at this rate a step takes "

@@ -33,7 +33,7 @@ def test_steady_growth_is_named_with_its_trend(build):
     f = by_code(diagnose(run))[CODE]
     per_100 = 100 * trend.fit.slope
     assert f.title == f"Training slows down over time: {per_100:+.2f} ms per 100 steps (+{100 * trend.growth_frac:.1f}% over the run)"
-    assert f.evidence[0].startswith(f"rank 0: the fitted step time went from {trend.first_ms:.2f} ms at step 6 to ")
+    assert f.evidence[0].startswith(f"rank 0: the fitted step time went from {trend.start_ms:.2f} ms at step 6 to ")
     assert f"{per_100:+.2f} ms per 100 steps, R² {trend.fit.r2:.2f} over the medians of 9 windows of the 49 steady steps)" in f.evidence[0]  # profiler window left out
     # the cost: half the growth over the mean fitted step; WARN from 10%
     assert f.expected_gain == round(trend.lost_share, 4) and 0.10 < trend.lost_share < 0.13
@@ -99,5 +99,5 @@ def test_a_warm_up_that_levels_off_is_not_a_slow_down(build):
     # then flat at 13 ms: the fitted line rises, its later half does not
     run = build.run(steps_by_rank={0: build.steps(n=60, step_ms=lambda i: 8.0 + 5.0 * min(i, 30) / 30)})
     t = run_facts(run, Thresholds()).ranks[0].stats.trend
-    assert t.growth_frac > 0.10 and t.fit.r2 > 0.5 and t.late_slope < 0.5 * t.fit.slope
+    assert t.growth_frac > 0.10 and t.fit.r2 > 0.5 and t.late_slope < 0.25 * t.fit.slope
     assert CODE not in by_code(diagnose(run))
