@@ -214,29 +214,13 @@ def main() -> int:
 def _write(args, prep: dict, rows: list[dict], not_run: list[str], t0: float) -> dict:
     doc = {"what": "prescribed fix applied by hand to a copy; original vs patched, interleaved (bench/corpus/ab.py)",
            "steps": args.steps, "rounds": args.rounds, "bar": BAR, "cpu_check": args.cpu,
-           "gpu": _gpu(), "host": platform.node(), "torch": _version("torch"),
-           "torchvision": _version("torchvision"), "loader_workers": args.workers,
+           "gpu": harness.gpu_name(), "host": platform.node(), "torch": harness.version_of("torch"),
+           "torchvision": harness.version_of("torchvision"), "loader_workers": args.workers,
            "sources": prep["sources"], "verdicts": str(args.verdicts) if args.verdicts else None,
            "total_wall_s": round(time.perf_counter() - t0, 1), "not_run": not_run, "rows": rows}
     (args.out / "corpus-ab.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (args.out / "corpus-ab.md").write_text(ab_markdown(doc))
     return doc
-
-
-def _gpu() -> str:
-    try:
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
-    except Exception as exc:  # noqa: BLE001
-        return f"unknown ({exc})"
-
-
-def _version(module: str) -> str | None:
-    try:
-        return __import__(module).__version__
-    except Exception:  # noqa: BLE001
-        return None
 
 
 if __name__ == "__main__":

@@ -167,3 +167,21 @@ def pack(run_dir: Path, dest: Path) -> int:
             continue
         total += (dest / child.name).stat().st_size
     return total
+
+
+def gpu_name() -> str:
+    """The device the corpus ran on, for the results' header."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+    except Exception as exc:  # noqa: BLE001
+        return f"unknown ({exc})"
+
+
+def version_of(module: str) -> str | None:
+    """A module's ``__version__``, or ``None`` where it is not installed."""
+    try:
+        return __import__(module).__version__
+    except Exception:  # noqa: BLE001
+        return None

@@ -32,15 +32,6 @@ from manifest import SCRIPTS, Script, select  # noqa: E402
 from tables import verdicts_markdown  # noqa: E402
 
 
-def gpu_name() -> str:
-    try:
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
-    except Exception as exc:  # noqa: BLE001
-        return f"unknown ({exc})"
-
-
 def run_one(script: Script, work: Path, out: Path, *, steps: int, cpu: bool, timeout_scale: float) -> dict:
     cwd = harness.make_variant(work, script, "verdict")
     run_dir = work / "runs" / script.name
@@ -95,9 +86,9 @@ def main() -> int:
     skipped = [s.name for s in select(args.only) if s not in scripts]
     doc = {
         "what": "gpudoctor run --steps N on public training scripts, unmodified (bench/corpus)",
-        "steps": args.steps, "cpu_check": args.cpu, "gpu": gpu_name(), "host": platform.node(),
-        "python": platform.python_version(), "torch": _version("torch"),
-        "torchvision": _version("torchvision"), "sources": prep["sources"],
+        "steps": args.steps, "cpu_check": args.cpu, "gpu": harness.gpu_name(), "host": platform.node(),
+        "python": platform.python_version(), "torch": harness.version_of("torch"),
+        "torchvision": harness.version_of("torchvision"), "sources": prep["sources"],
         "data_seconds": prep["data_seconds"], "total_wall_s": round(time.perf_counter() - t0, 1),
         "skipped": skipped, "scripts_known": [s.name for s in SCRIPTS], "rows": rows,
     }
@@ -105,13 +96,6 @@ def main() -> int:
     (args.out / "corpus-verdicts.md").write_text(verdicts_markdown(doc))
     print((args.out / "corpus-verdicts.md").read_text())
     return 0 if all(r.get("status") in ("stopped", "completed") for r in rows) else 1
-
-
-def _version(module: str) -> str | None:
-    try:
-        return __import__(module).__version__
-    except Exception:  # noqa: BLE001
-        return None
 
 
 if __name__ == "__main__":

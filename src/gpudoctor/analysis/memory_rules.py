@@ -33,43 +33,41 @@ def check_leak(facts: RunFacts, th: Thresholds) -> list[Finding]:
 
 
 def _leak(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding]:
-    out = []
-    for s in (rf.stats,):
-        fit = s.leak
-        if fit is None or s.alloc_first_bytes is None or s.alloc_last_bytes is None:
-            continue
-        growth = s.alloc_last_bytes - s.alloc_first_bytes
-        if (fit.slope < th.leak_min_bytes_per_step or fit.r2 < th.leak_min_r2
-                or growth < th.leak_min_growth_frac * max(s.alloc_first_bytes, 1)):
-            continue
-        evidence = [
-            f"allocated grew from {human_bytes(s.alloc_first_bytes)} to "
-            f"{human_bytes(s.alloc_last_bytes)} over {s.n_used} steps after warm-up: "
-            f"+{human_bytes(fit.slope)} per step (least squares, R^2 {fit.r2:.2f}), rank {rf.rank}",
-        ]
-        total = total_memory(facts, rf)
-        severity = Severity.WARN
-        if total:
-            left = total - (s.peak_reserved_bytes or s.alloc_last_bytes)
-            steps_left = max(0, int(left / fit.slope))
-            evidence.append(f"at this rate the {human_bytes(total)} GPU is full in about "
-                            f"{steps_left} more steps")
-            if steps_left < 10_000:
-                severity = Severity.ERROR
-        out.append(Finding(
-            code=CODE_LEAK, severity=severity,
-            title=f"Memory leak: allocated memory grows {human_bytes(fit.slope)} every step",
-            evidence=tuple(evidence),
-            fix=(
-                "# something keeps tensors (and their autograd graph) alive across steps:\n"
-                "total_loss += loss.item()            # or loss.detach(), not the graph-carrying loss\n"
-                "history.append(logits.detach())      # .detach().cpu() if kept for long\n"
-                "# find the holder: torch.cuda.memory._record_memory_history(), then\n"
-                "# torch.cuda.memory._dump_snapshot(\"leak.pickle\") and open it in pytorch.org/memory_viz"
-            ),
-            expected_gain=None,
-        ))
-    return out
+    s = rf.stats
+    fit = s.leak
+    if fit is None or s.alloc_first_bytes is None or s.alloc_last_bytes is None:
+        return []
+    growth = s.alloc_last_bytes - s.alloc_first_bytes
+    if (fit.slope < th.leak_min_bytes_per_step or fit.r2 < th.leak_min_r2
+            or growth < th.leak_min_growth_frac * max(s.alloc_first_bytes, 1)):
+        return []
+    evidence = [
+        f"allocated grew from {human_bytes(s.alloc_first_bytes)} to "
+        f"{human_bytes(s.alloc_last_bytes)} over {s.n_used} steps after warm-up: "
+        f"+{human_bytes(fit.slope)} per step (least squares, R^2 {fit.r2:.2f}), rank {rf.rank}",
+    ]
+    total = total_memory(facts, rf)
+    severity = Severity.WARN
+    if total:
+        left = total - (s.peak_reserved_bytes or s.alloc_last_bytes)
+        steps_left = max(0, int(left / fit.slope))
+        evidence.append(f"at this rate the {human_bytes(total)} GPU is full in about "
+                        f"{steps_left} more steps")
+        if steps_left < 10_000:
+            severity = Severity.ERROR
+    return [Finding(
+        code=CODE_LEAK, severity=severity,
+        title=f"Memory leak: allocated memory grows {human_bytes(fit.slope)} every step",
+        evidence=tuple(evidence),
+        fix=(
+            "# something keeps tensors (and their autograd graph) alive across steps:\n"
+            "total_loss += loss.item()            # or loss.detach(), not the graph-carrying loss\n"
+            "history.append(logits.detach())      # .detach().cpu() if kept for long\n"
+            "# find the holder: torch.cuda.memory._record_memory_history(), then\n"
+            "# torch.cuda.memory._dump_snapshot(\"leak.pickle\") and open it in pytorch.org/memory_viz"
+        ),
+        expected_gain=None,
+    )]
 
 
 def check_fragmentation(facts: RunFacts, th: Thresholds) -> list[Finding]:
@@ -84,40 +82,38 @@ def check_fragmentation(facts: RunFacts, th: Thresholds) -> list[Finding]:
 
 
 def _fragmentation(rf: RankFacts, th: Thresholds) -> list[Finding]:
-    out = []
-    for s in (rf.stats,):
-        if s.peak_reserved_bytes is None or s.peak_allocated_bytes is None:
-            continue
-        waste = s.peak_reserved_bytes - s.peak_allocated_bytes
-        waste_frac = waste / s.peak_reserved_bytes if s.peak_reserved_bytes else 0.0
-        big_gap = waste_frac >= th.frag_min_waste_frac and waste >= th.frag_min_waste_bytes
-        if s.alloc_retries == 0 and not big_gap:
-            continue
-        conf = rf.config.alloc_conf if rf.config is not None else ""
-        evidence = [
-            f"peak reserved {human_bytes(s.peak_reserved_bytes)} vs peak allocated "
-            f"{human_bytes(s.peak_allocated_bytes)}: {human_bytes(waste)} ({pct(waste_frac)}) "
-            "held by the allocator but never used at the peak",
-            f"allocation retries after warm-up: {s.alloc_retries}; OOMs: {s.ooms}",
-            f"PYTORCH_CUDA_ALLOC_CONF={conf or '(unset)'}",
-        ]
-        if "expandable_segments:True" in conf:
-            fix = ("# expandable segments are on already: lower the peak instead\n"
-                   "#  - smaller batch with gradient accumulation\n"
-                   "#  - torch.utils.checkpoint on the largest blocks\n"
-                   "#  - keep tensor shapes fixed between steps (pad variable lengths to buckets)")
-        else:
-            fix = ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # before the script starts\n"
-                   "# segments grow in place instead of splitting into unusable pieces;\n"
-                   "# also: keep shapes fixed between steps (pad variable lengths to buckets)")
-        out.append(Finding(
-            code=CODE_FRAG,
-            severity=Severity.WARN if s.alloc_retries else Severity.INFO,
-            title=(f"Allocator fragmentation: {s.alloc_retries} allocation retries, "
-                   f"{human_bytes(waste)} reserved but unused at the peak"),
-            evidence=tuple(evidence), fix=fix, expected_gain=None,
-        ))
-    return out
+    s = rf.stats
+    if s.peak_reserved_bytes is None or s.peak_allocated_bytes is None:
+        return []
+    waste = s.peak_reserved_bytes - s.peak_allocated_bytes
+    waste_frac = waste / s.peak_reserved_bytes if s.peak_reserved_bytes else 0.0
+    big_gap = waste_frac >= th.frag_min_waste_frac and waste >= th.frag_min_waste_bytes
+    if s.alloc_retries == 0 and not big_gap:
+        return []
+    conf = rf.config.alloc_conf if rf.config is not None else ""
+    evidence = [
+        f"peak reserved {human_bytes(s.peak_reserved_bytes)} vs peak allocated "
+        f"{human_bytes(s.peak_allocated_bytes)}: {human_bytes(waste)} ({pct(waste_frac)}) "
+        "held by the allocator but never used at the peak",
+        f"allocation retries after warm-up: {s.alloc_retries}; OOMs: {s.ooms}",
+        f"PYTORCH_CUDA_ALLOC_CONF={conf or '(unset)'}",
+    ]
+    if "expandable_segments:True" in conf:
+        fix = ("# expandable segments are on already: lower the peak instead\n"
+               "#  - smaller batch with gradient accumulation\n"
+               "#  - torch.utils.checkpoint on the largest blocks\n"
+               "#  - keep tensor shapes fixed between steps (pad variable lengths to buckets)")
+    else:
+        fix = ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # before the script starts\n"
+               "# segments grow in place instead of splitting into unusable pieces;\n"
+               "# also: keep shapes fixed between steps (pad variable lengths to buckets)")
+    return [Finding(
+        code=CODE_FRAG,
+        severity=Severity.WARN if s.alloc_retries else Severity.INFO,
+        title=(f"Allocator fragmentation: {s.alloc_retries} allocation retries, "
+               f"{human_bytes(waste)} reserved but unused at the peak"),
+        evidence=tuple(evidence), fix=fix, expected_gain=None,
+    )]
 
 
 def check_headroom(facts: RunFacts, th: Thresholds) -> list[Finding]:

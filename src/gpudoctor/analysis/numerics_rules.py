@@ -44,37 +44,35 @@ def check_scaler(facts: RunFacts, th: Thresholds) -> list[Finding]:
 
 
 def _scaler(rf: RankFacts, th: Thresholds) -> list[Finding]:
-    out = []
-    for s in (rf.stats,):
-        if not s.scaler_scales:
-            continue
-        low = min(s.scaler_scales)
-        skip_frac = s.scaler_skips / s.n_used if s.n_used else 0.0
-        collapsed = low < th.scaler_min_scale
-        if not collapsed and skip_frac < th.scaler_max_skip_frac:
-            continue
-        evidence = [
-            f"scale went from {s.scaler_scales[0]:g} to {s.scaler_scales[-1]:g} "
-            f"(lowest {low:g}) over {s.n_used} steps after warm-up",
-            f"optimizer steps skipped: {s.scaler_skips} of {s.n_used} ({pct(skip_frac)})",
-        ]
-        out.append(Finding(
-            code=CODE_SCALER,
-            severity=Severity.ERROR if collapsed else Severity.WARN,
-            title=(f"GradScaler {'scale collapsed' if collapsed else 'skips many steps'}: "
-                   f"{pct(skip_frac)} of optimizer steps skipped for inf/NaN gradients"),
-            evidence=tuple(evidence),
-            fix=(
-                "# gradients overflow fp16 at every scale: find the op (sqrt/log/div near 0,\n"
-                "# a sum instead of a mean) or switch to bf16, which needs no GradScaler:\n"
-                "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
-                "    loss = criterion(model(x), y)\n"
-                "loss.backward()\n"
-                "# e.g. a safe norm: torch.sqrt((h * h).sum(-1) + 1e-6), or F.normalize(h, eps=1e-6)"
-            ),
-            expected_gain=None,
-        ))
-    return out
+    s = rf.stats
+    if not s.scaler_scales:
+        return []
+    low = min(s.scaler_scales)
+    skip_frac = s.scaler_skips / s.n_used if s.n_used else 0.0
+    collapsed = low < th.scaler_min_scale
+    if not collapsed and skip_frac < th.scaler_max_skip_frac:
+        return []
+    evidence = [
+        f"scale went from {s.scaler_scales[0]:g} to {s.scaler_scales[-1]:g} "
+        f"(lowest {low:g}) over {s.n_used} steps after warm-up",
+        f"optimizer steps skipped: {s.scaler_skips} of {s.n_used} ({pct(skip_frac)})",
+    ]
+    return [Finding(
+        code=CODE_SCALER,
+        severity=Severity.ERROR if collapsed else Severity.WARN,
+        title=(f"GradScaler {'scale collapsed' if collapsed else 'skips many steps'}: "
+               f"{pct(skip_frac)} of optimizer steps skipped for inf/NaN gradients"),
+        evidence=tuple(evidence),
+        fix=(
+            "# gradients overflow fp16 at every scale: find the op (sqrt/log/div near 0,\n"
+            "# a sum instead of a mean) or switch to bf16, which needs no GradScaler:\n"
+            "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
+            "    loss = criterion(model(x), y)\n"
+            "loss.backward()\n"
+            "# e.g. a safe norm: torch.sqrt((h * h).sum(-1) + 1e-6), or F.normalize(h, eps=1e-6)"
+        ),
+        expected_gain=None,
+    )]
 
 
 __all__ = ["CODE_NONFINITE", "CODE_SCALER", "check_nonfinite_loss", "check_scaler"]

@@ -48,38 +48,35 @@ def check_per_sample_copies(facts: RunFacts, th: Thresholds) -> list[Finding]:
 
 
 def _per_sample(rf: RankFacts, th: Thresholds) -> list[Finding]:
-    out: list[Finding] = []
-    for rf in (rf,):
-        if not per_sample_copies(rf, th):
-            continue
-        s = rf.stats
-        share = _h2d_share(rf, pageable_only=False)
-        loader = main_loader(rf.config)
-        if loader and loader.num_workers == 0:
-            share = max(share, s.data_wait_share)
-        per_sample = f" for a batch of {s.samples:.0f}" if s.samples else ""
-        evidence = [
-            f"{s.h2d_copies:.0f} host-to-device copies per step{per_sample}, "
-            f"{human_bytes(s.h2d_bytes / s.h2d_copies)} each on average",
-            f"copy time {ms(s.h2d_ms)}, data wait {ms(s.data_wait_ms)} of a {ms(s.step_ms)} step",
-        ]
-        out += performance_finding(
-            code=CODE_PER_SAMPLE, gain=share, thresholds=th,
-            title=f"{s.h2d_copies:.0f} tiny host-to-device copies per step: copy whole batches",
-            evidence=evidence,
-            fix=(
-                "class MyDataset(Dataset):\n"
-                "    def __getitem__(self, i):\n"
-                "        return self.x[i], self.y[i]     # CPU tensors: no .cuda() here\n"
-                "\n"
-                "loader = DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True,\n"
-                "                    persistent_workers=True)\n"
-                "for x, y in loader:\n"
-                "    x = x.to(device, non_blocking=True)  # one copy per batch\n"
-                "    y = y.to(device, non_blocking=True)"
-            ),
-        )
-    return out
+    if not per_sample_copies(rf, th):
+        return []
+    s = rf.stats
+    share = _h2d_share(rf, pageable_only=False)
+    loader = main_loader(rf.config)
+    if loader and loader.num_workers == 0:
+        share = max(share, s.data_wait_share)
+    per_sample = f" for a batch of {s.samples:.0f}" if s.samples else ""
+    evidence = [
+        f"{s.h2d_copies:.0f} host-to-device copies per step{per_sample}, "
+        f"{human_bytes(s.h2d_bytes / s.h2d_copies)} each on average",
+        f"copy time {ms(s.h2d_ms)}, data wait {ms(s.data_wait_ms)} of a {ms(s.step_ms)} step",
+    ]
+    return performance_finding(
+        code=CODE_PER_SAMPLE, gain=share, thresholds=th,
+        title=f"{s.h2d_copies:.0f} tiny host-to-device copies per step: copy whole batches",
+        evidence=evidence,
+        fix=(
+            "class MyDataset(Dataset):\n"
+            "    def __getitem__(self, i):\n"
+            "        return self.x[i], self.y[i]     # CPU tensors: no .cuda() here\n"
+            "\n"
+            "loader = DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True,\n"
+            "                    persistent_workers=True)\n"
+            "for x, y in loader:\n"
+            "    x = x.to(device, non_blocking=True)  # one copy per batch\n"
+            "    y = y.to(device, non_blocking=True)"
+        ),
+    )
 
 
 def check_pageable(facts: RunFacts, th: Thresholds) -> list[Finding]:

@@ -4,14 +4,12 @@ lazily, no added sync) and finds a run whose gradients explode."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-from gpudoctor.records.rundir import load_run
+from cli_runner import gpudoctor
 
-SRC = Path(__file__).resolve().parents[3] / "src"
+from gpudoctor.records.rundir import load_run
 
 # Linear regression on inputs of scale 10 with lr 0.02: the loss's curvature (~2 x 100) times the
 # lr is ~4 > 2, so every step multiplies the error (and the gradient) by about 3: it diverges.
@@ -36,13 +34,9 @@ json.dump(norms, open("norms.json", "w"))
 
 def test_exploding_gradients_are_recorded_and_found(tmp_path: Path) -> None:
     (tmp_path / "diverge.py").write_text(SCRIPT, encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    env.pop("GPUDOCTOR_RUN_DIR", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "run", "--steps", "40", "--no-profile", "--json",
-         "--fail-on", "never", "--out", "rd", "--", sys.executable, "diverge.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    result = gpudoctor("run", "--steps", "40", "--no-profile", "--json",
+                       "--fail-on", "never", "--out", "rd", "--", sys.executable, "diverge.py",
+                       cwd=tmp_path, timeout=90)
     assert result.returncode == 0, result.stderr[-3000:]
     norms = json.loads((tmp_path / "norms.json").read_text(encoding="utf-8"))
     steps = load_run(tmp_path / "rd").steps[0]

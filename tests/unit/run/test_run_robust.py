@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,21 +11,11 @@ from pathlib import Path
 
 import pytest
 import run_scripts
+from cli_runner import env as _env
+from cli_runner import gpudoctor
 
 from gpudoctor.records.rundir import load_run
 
-SRC = Path(__file__).resolve().parents[3] / "src"
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def gpudoctor(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _write(tmp_path: Path, name: str, text: str) -> None:

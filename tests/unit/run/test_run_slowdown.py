@@ -4,13 +4,11 @@ Python list of tensors summed every step) names it as slowing down, with the tre
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[3] / "src"
+from cli_runner import gpudoctor
 
 SCRIPT = """import torch
 torch.manual_seed(0)
@@ -31,13 +29,9 @@ for step in range(150):
 
 def test_steadily_slower_steps_are_named_with_the_trend(tmp_path: Path) -> None:
     (tmp_path / "slow.py").write_text(SCRIPT, encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    env.pop("GPUDOCTOR_RUN_DIR", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "run", "--steps", "250", "--no-profile", "--json",
-         "--fail-on", "never", "--out", "rd", "--", sys.executable, "slow.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = gpudoctor("run", "--steps", "250", "--no-profile", "--json",
+                       "--fail-on", "never", "--out", "rd", "--", sys.executable, "slow.py",
+                       cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     findings = {f["code"]: f for f in json.loads(result.stdout)["findings"]}
     f = findings["GD-RUN-SLOWDOWN"]
