@@ -75,6 +75,12 @@ class Thresholds:
             1.01-1.24 medians (tests/fixtures/runs: basic_user, item_every_step, pageable_copies,
             tiny_batch, ...), so 1.5 is outside that jitter, while a loader that stalls for half
             a step every N steps still counts.
+        tail_excess_cover: the stalls are the fewest slow steps that carry this share of the
+            slow steps' excess time. 0.8: pytorch/examples' dcgan on an H200 (a 1,000-image
+            dataset, so an epoch every 16 steps) had 13 of 49 steps over 1.5x the median: 7 long
+            ones at each epoch's end and start (checkpoint, image save, workers restarted:
+            150-1,200 ms) held 95% of the excess, 6 at 2x the median from loader jitter; counting
+            all 13 made the run look bimodal and hid a 72% stall.
         tail_max_slow_frac: at most this share of the steady steps may be slow for them to be
             stalls: with more, the step time is bimodal, not stalling (a GPU-bound host alternates
             between a full and a draining launch queue: the H200 ``clean`` recording has 3.5 ms
@@ -141,6 +147,7 @@ class Thresholds:
     straggler_min_ms: float = 2.0
     straggler_min_steps: int = 20
     tail_slow_factor: float = 1.5
+    tail_excess_cover: float = 0.8
     tail_max_slow_frac: float = 0.25
     tail_min_excess: float = 0.10
     slowdown_min_growth: float = 0.10
@@ -158,6 +165,7 @@ class Thresholds:
                      "compute_min_busy", "leak_min_r2", "frag_min_waste_frac",
                      "headroom_max_mem_frac", "headroom_max_busy", "scaler_max_skip_frac",
                      "comm_min_exposed_share", "straggler_min_skew", "tail_min_excess", "tail_max_slow_frac",
+                     "tail_excess_cover",
                      "slowdown_min_r2"):
             if getattr(self, name) > 1:
                 raise ValueError(f"Thresholds.{name} is a share; give a value between 0 and 1")
