@@ -47,17 +47,20 @@ def parse_window(text: str) -> tuple[int, int]:
         ) from None
 
 
-def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
+def _one(spec: Any, json_output: bool, label: str = "") -> tuple[Any, Any, list | None]:
+    """Run ``spec`` with its progress on stderr (the script's output above it), then diagnose."""
     from gpudoctor.cli import diagnose as diag
-    from gpudoctor.cli.output import stderr_console
+    from gpudoctor.cli.progress import Progress
     from gpudoctor.collectors.launch import run_instrumented
 
-    outcome = run_instrumented(spec)
-    if outcome.message:
-        stderr_console().print(f"gpudoctor: {outcome.message}", highlight=False, markup=False)
-    run = diag.load(outcome.run_dir)
-    # A run stopped before its first step still has a diagnosis when it left stacks behind.
-    findings = diag.analyse(run) if run.steps or run.stacks else None
+    with Progress(label=label) as progress:
+        outcome = run_instrumented(spec, say=progress.say, echo=progress.echo, on_progress=progress.run)
+        if outcome.message:
+            progress.say(f"gpudoctor: {outcome.message}")
+        progress.stage("diagnosing")
+        run = diag.load(outcome.run_dir)
+        # A run stopped before its first step still has a diagnosis when it left stacks behind.
+        findings = diag.analyse(run) if run.steps or run.stacks else None
     return outcome, run, findings
 
 
@@ -182,7 +185,6 @@ def register(app: typer.Typer) -> None:
             "first_step_timeout_s": first_step_timeout,
             "stall_timeout_s": stall_timeout,
             "keep_trace": keep_trace,
-            "child_stdout_to_stderr": json_output,
         }
         _spec(command, base, **options)  # bad options: refused before --force removes anything
         outdir.claim(base, force=force)
