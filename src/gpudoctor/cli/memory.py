@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -52,6 +53,7 @@ def estimate(
           --input tokens:1024:50257 -b 8 --precision bf16
     """
     from gpudoctor.cli.output import emit_json, stdout_console
+    from gpudoctor.cli.progress import Progress
     from gpudoctor.errors import GpuDoctorUserError
     from gpudoctor.memory.estimate import EstimateConfig, estimate_memory
     from gpudoctor.memory.inputs import batch_factory, load_factory
@@ -63,16 +65,33 @@ def estimate(
                                 probe_batches=probe_batches, device=device, margin=margin)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
-    factory = load_factory(model)
-    make_batch = batch_factory(input_spec)
-    try:
-        result = estimate_memory(factory, make_batch, config, model_name=model)
-    except ValueError as exc:
-        raise GpuDoctorUserError(str(exc)) from None
+    with Progress() as progress:
+        progress.stage(f"importing {model}")
+        factory, make_batch = _reporting(load_factory(model), batch_factory(input_spec), config, progress)
+        try:
+            result = estimate_memory(factory, make_batch, config, model_name=model)
+        except ValueError as exc:
+            raise GpuDoctorUserError(str(exc)) from None
     if json_output:
         emit_json(result)
     else:
         stdout_console().print(render_estimate(result))
+
+
+def _reporting(factory: Any, make_batch: Any, config: Any, progress: Any) -> tuple[Any, Any]:
+    """The model and batch factories, telling ``progress`` what the estimate is doing."""
+    probes = config.probes()
+
+    def build() -> Any:
+        progress.stage("building the model")
+        return factory()
+
+    def batch(size: int, device: Any) -> Any:
+        progress.stage(f"training probe batches on {device}", f"batch {size} (probes: "
+                       f"{', '.join(str(p) for p in probes)})")
+        return make_batch(size, device)
+
+    return build, batch
 
 
 @memory_app.command("run", context_settings={"allow_extra_args": True, "allow_interspersed_args": False},

@@ -122,8 +122,8 @@ def register(app: typer.Typer) -> None:
             if json_output:
                 emit_json(result)
             else:
-                # a pipe gets 120 columns: the verdict column holds the reasons
-                stdout_console(None if sys.stdout.isatty() else 120).print(render_tune(result))
+                # the terminal's width, or COLUMNS (80 when piped): tables too wide for it are stacked
+                stdout_console().print(render_tune(result))
             sys.stdout.flush()
         if result.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
