@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         steps: int = typer.Option(None, "--steps", help="Optimizer steps to measure per run (default 60; "
                                   "100 when the fix to prove is compile)."),
-        out: Path = typer.Option(None, "--out", help="Where the run directories and report go: a new "
+        out: Path = typer.Option(None, "--out", "-o", help="Where the run directories and report go: a new "
                                  "directory (default gpudoctor-runs/<time>-doctor-<name>)."),
         force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_fix: bool = typer.Option(True, "--try/--no-try",

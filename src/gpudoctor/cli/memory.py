@@ -102,7 +102,7 @@ def run(
                               "default 20)."),
     full: bool = typer.Option(False, "--full", help="Let the script run to its end instead."),
     stages: int = typer.Option(3, "--stages", help="Probe each stage of the first K steps."),
-    out: Path = typer.Option(None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
     force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     first_step_timeout: float = typer.Option(

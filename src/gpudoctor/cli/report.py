@@ -12,10 +12,11 @@ from gpudoctor.cli.pricing import price_option
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
-        rundir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run` or `doctor`."),
+        run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run` or `doctor`."),
         output: Path = typer.Option(
-            None, "--output", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
+            None, "--out", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
         ),
+        output_old: Path = typer.Option(None, "--output", hidden=True, help="The earlier name of --out."),
         json_output: bool = typer.Option(False, "--json", help="Print the report's path as JSON."),
         price: float = price_option(),
     ) -> None:
@@ -34,13 +35,14 @@ def register(app: typer.Typer) -> None:
           gpudoctor report RUN_DIR --price-per-gpu-hour 2.5   # adds the cost table
         """
         from gpudoctor.cli.diagnose import current_findings
-        from gpudoctor.cli.output import emit_json, fail, stdout_console
+        from gpudoctor.cli.output import emit_json, fail, pick_out, stdout_console
         from gpudoctor.records.base import SchemaError
         from gpudoctor.records.rundir import load_run
         from gpudoctor.report.html import write_report
 
+        output = pick_out(output, output_old, "--output")
         try:
-            run = load_run(rundir)
+            run = load_run(run_dir)
         except (FileNotFoundError, SchemaError) as exc:
             fail(str(exc))
         findings = current_findings(run)

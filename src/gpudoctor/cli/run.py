@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (default 60)."),
         full: bool = typer.Option(False, "--full", help="Let the script run to its end."),
         out: Path = typer.Option(
-            None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."
+            None, "--out", "-o", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."
         ),
         force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_knobs: str = typer.Option(

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
             None, "--script", help="Or a plain script command (quoted), tuned through `run --try` knobs."
         ),
         out: str = typer.Option(
-            "gpudoctor-tuned.toml", "--out", help="Engine config to write (TrainConfig.from_file); loader settings go "
+            "gpudoctor-tuned.toml", "--out", "-o", help="Engine config to write (TrainConfig.from_file); loader settings go "
             "next to it as NAME.loader.toml."
         ),
         json_output: bool = typer.Option(False, "--json", help="Print every trial and the result as JSON."),
