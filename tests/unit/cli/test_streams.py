@@ -153,3 +153,34 @@ def test_run_keeps_the_scripts_output_off_stdout(tmp_path: Path, json_output: bo
     for line in noisy:
         assert line not in result.stderr
     assert "gpuGetDeviceCount" not in result.stderr and "profiler_start" not in result.stderr
+
+
+def test_doctor_prints_every_stage_on_stderr_and_only_json_on_stdout(tmp_path: Path) -> None:
+    """doctor used to print nothing for 17-26 s when stderr was not a terminal, and its spinner
+    line hid stage 4: every stage is now a line of its own."""
+    (tmp_path / "s.py").write_text(SCRIPT, encoding="utf-8")
+    result = gpudoctor("doctor", "--no-try", "--steps", "8", "--json", "--fail-on", "never", "--out", "dd",
+                       "python", "s.py", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(result.stdout)  # stdout: the JSON and nothing else
+    assert payload["run"]["manifest"]["steps_recorded"] == [8]
+    for stage in ("gpudoctor: [1/5] checking the GPU stack", "gpudoctor: [2/5] running python s.py",
+                  "gpudoctor: [3/5] diagnosed:", "[4/5] no fix to prove (--no-try)",
+                  "gpudoctor: [5/5] writing the HTML report", "gpudoctor: waiting for the first optimizer step"):
+        assert stage in result.stderr, stage
+    assert "SCRIPT-STDOUT" not in result.stdout + result.stderr  # doctor keeps it in the log
+    assert "SCRIPT-STDOUT" in (tmp_path / "dd" / "baseline" / "stdout.log").read_text(encoding="utf-8")
+
+
+def test_memory_estimate_shows_its_stages_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import torch\n"
+        "def build():\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))\n",
+        encoding="utf-8")
+    result = gpudoctor("memory", "estimate", "--model", "m.py:build", "--input", "image:3x8x8:10", "-b", "16",
+                       "--device", "cpu", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["batch_size"] == 16
+    for stage in ("importing m.py:build", "building the model", "training probe batches on cpu"):
+        assert f"gpudoctor: {stage}" in result.stderr, stage
