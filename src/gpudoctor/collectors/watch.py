@@ -26,6 +26,9 @@ NOISE: tuple[tuple[re.Pattern[bytes], str], ...] = (
     (re.compile(rb"^ERROR:\S* \S+ [\d:]+ \S+\] gpuGetDeviceCount failed with code \d+\s*$"),
      "Kineto probes CUDA on every profiler start; on a machine without a usable GPU it fails "
      "(code 35: no driver) and logs it as an error, although CPU profiling works"),
+    (re.compile(rb"^STAGE:\S* \S+ [\d:]+ \S+\] Completed Stage: .*$"),
+     "Kineto builds of earlier torch releases log each profiler stage (Warm Up, Collection, "
+     "Post Processing) on stderr"),
     (re.compile(rb".*UserWarning: Warning: Profiler clears events at the end of each cycle.*"),
      "torch.profiler warns that a schedule cycle drops the previous cycle's events; gpudoctor's "
      "window is one cycle (the probes silence it in-process; this catches any left)"),

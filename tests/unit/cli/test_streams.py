@@ -26,7 +26,10 @@ KINETO_CPU = (
 )
 
 
-@pytest.mark.parametrize("line", KINETO_CPU)
+@pytest.mark.parametrize("line", [
+    *KINETO_CPU,
+    b"STAGE:2023-05-11 10:11:20 1234:1234 ActivityProfilerController.cpp:311] Completed Stage: Warm Up\n",
+])
 def test_kineto_lines_are_noise(line: bytes) -> None:
     assert is_noise(line)
 
