@@ -157,9 +157,12 @@ def register(app: typer.Typer) -> None:
         if facts_file is not None:
             facts = _read_facts(facts_file)
         else:
+            from gpudoctor.cli.progress import Progress
             from gpudoctor.collectors.env import gather_facts
 
-            facts = gather_facts(timeout_s=timeout)
+            with Progress() as progress:  # stderr: the probe takes seconds (up to --timeout)
+                progress.stage("checking the GPU stack: driver, runtime, devices, context, compute")
+                facts = gather_facts(timeout_s=timeout)
         report = check_env(facts)
         here = freeze_env(facts)
         differences = diff(here, frozen_there) if frozen_there is not None else None
