@@ -41,14 +41,19 @@ def register(app: typer.Typer) -> None:
         from gpudoctor.report.html import write_report
 
         output = pick_out(output, output_old, "--output")
-        try:
-            run = load_run(run_dir)
-        except (FileNotFoundError, SchemaError) as exc:
-            fail(str(exc))
-        findings = current_findings(run)
-        if output is not None and output.is_dir():
-            output = output / "report.html"
-        path = write_report(run, findings, output, price_per_gpu_hour=price)
+        from gpudoctor.cli.progress import Progress
+
+        with Progress() as progress:  # stderr: charts and analysis take seconds
+            progress.stage(f"reading and analysing {run_dir}")
+            try:
+                run = load_run(run_dir)
+            except (FileNotFoundError, SchemaError) as exc:
+                fail(str(exc))
+            findings = current_findings(run)
+            if output is not None and output.is_dir():
+                output = output / "report.html"
+            progress.stage("drawing the charts and writing the HTML")
+            path = write_report(run, findings, output, price_per_gpu_hour=price)
         if json_output:
             emit_json({"report": str(path), "size_bytes": path.stat().st_size})
         else:
