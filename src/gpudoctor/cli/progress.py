@@ -42,19 +42,16 @@ class Progress:
     ``stage(text)`` starts a stage, ``detail(text)`` updates within it, ``say(text)`` prints a
     message that stays, ``echo(data)`` shows a child's output lines, ``run(progress)`` follows a
     running script (the ``on_progress`` of :func:`gpudoctor.collectors.launch.run_instrumented`).
-    ``quiet`` (``--json`` callers keep it off: progress is on stderr anyway) shows nothing but
-    :meth:`say` and :meth:`echo`.
     """
 
-    def __init__(self, console: Any = None, *, quiet: bool = False, label: str = "") -> None:
+    def __init__(self, console: Any = None, *, label: str = "") -> None:
         if console is None:
             from gpudoctor.cli.output import stderr_console
 
             console = stderr_console()
         self.console = console
-        self.quiet = quiet
         self.label = label  # before every stage, e.g. "[2/5] " or "baseline run 1: "
-        self.live = console.is_terminal and not quiet
+        self.live = console.is_terminal
         self._status: Any = None
         self._stage = ""
         self._detail = ""
@@ -91,8 +88,6 @@ class Progress:
             self.detail(detail)
             return
         self._stage, self._detail, self._bar = text, detail, ""
-        if self.quiet:
-            return
         if self.live:
             self._refresh()
         else:
@@ -104,7 +99,7 @@ class Progress:
         if text == self._detail:
             return
         self._detail = text
-        if self.quiet or not text:
+        if not text:
             return
         if self.live:
             self._refresh()
@@ -154,5 +149,6 @@ class Progress:
                 self._refresh()
                 continue
             self._bar = ""
-            self.console.print(Text(line.rstrip("\r\n")), highlight=False, markup=False, soft_wrap=True)
+            # the script's colours kept (its ANSI codes parsed, not counted as text)
+            self.console.print(Text.from_ansi(line.rstrip("\r\n")), highlight=False, markup=False, soft_wrap=True)
         self._refresh()

@@ -47,13 +47,13 @@ def parse_window(text: str) -> tuple[int, int]:
         ) from None
 
 
-def _one(spec: Any, json_output: bool, label: str = "") -> tuple[Any, Any, list | None]:
+def _one(spec: Any) -> tuple[Any, Any, list | None]:
     """Run ``spec`` with its progress on stderr (the script's output above it), then diagnose."""
     from gpudoctor.cli import diagnose as diag
     from gpudoctor.cli.progress import Progress
     from gpudoctor.collectors.launch import run_instrumented
 
-    with Progress(label=label) as progress:
+    with Progress() as progress:
         outcome = run_instrumented(spec, say=progress.say, echo=progress.echo, on_progress=progress.run)
         if outcome.message:
             progress.say(f"gpudoctor: {outcome.message}")
@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
         outdir.claim(base, force=force)
         console = stdout_console()
         if not knobs:
-            outcome, rundata, findings = _one(_spec(command, base, **options), json_output)
+            outcome, rundata, findings = _one(_spec(command, base, **options))
             explained = crash_explanation(rundata)
             if json_output:
                 extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
@@ -226,7 +226,7 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
     findings: dict[str, Any] = {}
 
     def run_one(spec: Any) -> tuple[Any, Any]:
-        outcome, data, found = _one(spec, json_output)
+        outcome, data, found = _one(spec)
         findings[str(spec.run_dir)] = found
         return outcome, data
 
