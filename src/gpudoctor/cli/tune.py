@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
 
         # A live spinner on a terminal (the knob and the trials done so far); every finished trial
         # also gets a line, so a log file keeps the whole story.
-        live = err.status("starting ...") if main_rank and err.is_terminal else contextlib.nullcontext()
+        live = err.status("starting (importing the target, measuring the reference run) ...") if main_rank and err.is_terminal else contextlib.nullcontext()
         done = {"runs": 0, "knob": "plan"}
 
         def spin() -> None:
@@ -108,6 +108,9 @@ def register(app: typer.Typer) -> None:
             if main_rank:
                 err.print(message, highlight=False, markup=False, style="bold" if message.startswith("tuning") else None)
 
+        if main_rank and not err.is_terminal:  # a log: say what the first, silent seconds do
+            err.print("gpudoctor: tune: starting (importing the target, measuring the reference run)",
+                      highlight=False, markup=False)
         try:
             with live:
                 result = _run(knob, target, script, out, options_kwargs=dict(
