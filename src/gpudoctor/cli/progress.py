@@ -143,12 +143,13 @@ class Progress:
         from rich.text import Text
 
         text = data.decode("utf-8", "replace")
+        lines: list[str] = []
         for line in text.splitlines(keepends=True):
             if line.endswith("\r"):  # a progress bar's update: shown in the live line
                 self._bar = line.strip()[-60:]
-                self._refresh()
                 continue
             self._bar = ""
-            # the script's colours kept (its ANSI codes parsed, not counted as text)
-            self.console.print(Text.from_ansi(line.rstrip("\r\n")), highlight=False, markup=False, soft_wrap=True)
+            lines.append(line.rstrip("\r\n"))
+        if lines:  # one print for a burst of lines; the script's colours kept (ANSI codes parsed)
+            self.console.print(Text.from_ansi("\n".join(lines)), highlight=False, markup=False, soft_wrap=True)
         self._refresh()

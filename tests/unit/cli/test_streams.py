@@ -117,8 +117,10 @@ def test_terminal_progress_shows_a_script_progress_bar_in_the_live_line() -> Non
         assert "training · step 3 of 60" in progress._text()
         progress.echo(b"epoch 1\n12%|#   |\r")
         assert progress._text().endswith("12%|#   |")
+        progress.echo(b"\x1b[31mred words\x1b[0m\n")
     out = buffer.getvalue()
     assert "epoch 1" in out
+    assert "red words" in out and "[31m" not in out  # the script's ANSI codes parsed, not shown as text
     assert "\n12%|#   |" not in out  # the bar's update is not a printed line of its own
 
 
