@@ -121,3 +121,23 @@ def _pack(fields: list[Text], width: int) -> list[Text]:
     if line.plain.strip():
         lines.append(line)
     return lines
+
+
+class Verbatim(Text):
+    """Text that must copy whole: a command, code, a URL. Printed through :func:`print_whole` it
+    is neither wrapped nor cropped (a line longer than the terminal runs on and the terminal folds
+    it, so selecting it copies the line unbroken); anywhere else it renders as any Text."""
+
+
+def print_whole(console: Console, renderable: object) -> None:
+    """Print ``renderable`` (a :class:`rich.console.Group` is printed part by part, as it would
+    render) with its :class:`Verbatim` parts unwrapped and uncropped."""
+    from rich.console import Group
+
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            print_whole(console, part)
+    elif isinstance(renderable, Verbatim):
+        console.print(renderable, soft_wrap=True)
+    else:
+        console.print(renderable)

@@ -54,3 +54,38 @@ def test_rich_would_have_cut_this_table() -> None:
     console = Console(file=io.StringIO(), width=60, color_system=None)
     console.print(_table())
     assert "…" in console.file.getvalue() or "normal, measured twice" not in console.file.getvalue()
+
+
+def test_verbatim_code_is_printed_whole_by_print_whole() -> None:
+    """Fix code copies whole: print_whole neither wraps nor crops a Verbatim line; any other
+    print wraps it as plain Text (no cropping either way)."""
+    from rich.console import Group
+
+    from gpudoctor.report.fit import Verbatim, print_whole
+
+    code = "loader = DataLoader(dataset, batch_size=128, num_workers=8, pin_memory=True, persistent_workers=True)"
+    block = Group(Text("prose that wraps at the width like any other text, as it always did here"), Verbatim(code))
+    console = Console(file=io.StringIO(), width=60, color_system=None)
+    print_whole(console, block)
+    lines = console.file.getvalue().splitlines()
+    assert code in lines  # one line, longer than the 60 columns
+    assert all(len(line) <= 60 for line in lines if line != code)
+    plain = Console(file=io.StringIO(), width=60, color_system=None)
+    plain.print(block)
+    assert code not in plain.file.getvalue().splitlines() and "persistent_workers=True)" in plain.file.getvalue()
+
+
+def test_run_findings_print_fix_code_whole(tmp_path) -> None:
+    """`gpudoctor diagnose` at 80 columns: the fix's code lines, up to 89 characters, unbroken."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support.cli_runner import env
+
+    run = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "basic_user"
+    result = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", str(run), "--fail-on", "never"],
+                            cwd=tmp_path, env={**env(), "COLUMNS": "80"}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    line = "num_workers=8,             # was 0: load in parallel processes"
+    assert any(row.endswith(line) and len(row) > 80 for row in result.stdout.splitlines()), result.stdout
