@@ -97,9 +97,10 @@ def render_crash_explanation(run: Any, match: Any, console: Any) -> None:
                       highlight=False, markup=False)
         return
     from gpudoctor.report.explain_view import match_block
+    from gpudoctor.report.fit import print_whole
 
     console.print(f"the crash, explained (gpudoctor explain {where}):", highlight=False, markup=False)
-    console.print(match_block(1, match))
+    print_whole(console, match_block(1, match))  # its fix and links unwrapped: they copy whole
 
 
 def register(app: typer.Typer) -> None:

@@ -129,15 +129,16 @@ class Verbatim(Text):
     it, so selecting it copies the line unbroken); anywhere else it renders as any Text."""
 
 
-def print_whole(console: Console, renderable: object) -> None:
+def print_whole(console: Console, renderable: object, **print_options: object) -> None:
     """Print ``renderable`` (a :class:`rich.console.Group` is printed part by part, as it would
-    render) with its :class:`Verbatim` parts unwrapped and uncropped."""
+    render) with its :class:`Verbatim` parts unwrapped and uncropped; ``print_options`` go to
+    every ``console.print``."""
     from rich.console import Group
 
     if isinstance(renderable, Group):
         for part in renderable.renderables:
-            print_whole(console, part)
+            print_whole(console, part, **print_options)
     elif isinstance(renderable, Verbatim):
-        console.print(renderable, soft_wrap=True)
+        console.print(renderable, soft_wrap=True, **print_options)
     else:
-        console.print(renderable)
+        console.print(renderable, **print_options)
