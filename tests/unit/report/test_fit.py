@@ -83,7 +83,10 @@ def test_run_findings_print_fix_code_whole(tmp_path) -> None:
 
     from tests.support.cli_runner import env
 
-    run = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "basic_user"
+    import shutil
+
+    run = tmp_path / "run"  # a copy: diagnose rewrites a stale findings.json
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "basic_user", run)
     result = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", str(run), "--fail-on", "never"],
                             cwd=tmp_path, env={**env(), "COLUMNS": "80"}, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
