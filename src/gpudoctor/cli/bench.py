@@ -63,10 +63,11 @@ def register(app: typer.Typer) -> None:
             )
         except ValueError as exc:
             raise GpuDoctorUserError(str(exc)) from None
-        from gpudoctor.cli.output import stderr_console
+        from gpudoctor.cli.progress import Progress
 
-        err = stderr_console()
-        report = judge(run_bench(options, progress=lambda line: err.print(line, style="dim", highlight=False)))
+        with Progress() as progress:  # on stderr: a live line on a terminal, a line per section otherwise
+            progress.stage("starting: importing torch, looking for GPUs")
+            report = judge(run_bench(options, progress=lambda line: progress.stage(line.removeprefix("bench: "))))
         if json_output:
             emit_json(report)
         else:

@@ -1,5 +1,5 @@
 """``gpudoctor check``: the layered environment check (driver → runtime → device files →
-context → compute → libraries → communication → host), with ``--freeze`` / ``--against``.
+context → compute → libraries → communication → host), with ``--out`` (freeze) / ``--against``.
 
 Parses options, gathers facts (or reads recorded ones with ``--facts``), applies the pure
 rules, renders. Exit codes (the contract of :mod:`gpudoctor.cli.output`): a FAIL row or frozen-env
@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from gpudoctor.cli.output import FAIL_ON_HELP, FailOn, emit_json, exit_code, fail, stdout_console
+from gpudoctor.cli.output import FAIL_ON_HELP, FailOn, emit_json, exit_code, fail, pick_out, stdout_console
 
 
 def _read_facts(path: Path):
@@ -42,9 +42,9 @@ def _read_frozen(path: Path):
     try:
         return read_json(path, FrozenEnv, kind=KIND)
     except FileNotFoundError:
-        fail(f"{path} does not exist; write one with `gpudoctor check --freeze {path}`")
+        fail(f"{path} does not exist; write one with `gpudoctor check --out {path}`")
     except (OSError, SchemaError) as exc:
-        fail(f"cannot use {path} as a frozen environment ({exc}); write one with --freeze")
+        fail(f"cannot use {path} as a frozen environment ({exc}); write one with gpudoctor check --out FILE")
 
 
 def _own_requirements() -> tuple[str, ...]:
@@ -98,11 +98,12 @@ def register(app: typer.Typer) -> None:
             60.0, "--timeout", help="Seconds the torch/GPU probe subprocess may run before it is "
             "killed and reported as hung."),
         freeze: Optional[Path] = typer.Option(
-            None, "--freeze", metavar="FILE",
-            help="Also write what matters for reproducing this environment to FILE."),
+            None, "--out", "-o", metavar="FILE",
+            help="Also write what matters for reproducing this environment (a frozen environment) to FILE."),
+        freeze_old: Optional[Path] = typer.Option(None, "--freeze", hidden=True, help="The earlier name of --out."),
         against: Optional[Path] = typer.Option(
             None, "--against", metavar="FILE",
-            help="Compare with an environment frozen earlier (--freeze) and explain each difference."),
+            help="Compare with an environment frozen earlier (--out) and explain each difference."),
         facts_file: Optional[Path] = typer.Option(
             None, "--facts", metavar="FILE",
             help="Judge facts recorded earlier (a `check --json` output) instead of probing this machine."),
@@ -115,7 +116,7 @@ def register(app: typer.Typer) -> None:
             "overwrites them."),
         lock_from: Optional[Path] = typer.Option(
             None, "--from", metavar="FILE",
-            help="With --lock: build it from an environment recorded with --freeze, without "
+            help="With --lock: build it from an environment recorded with --out, without "
             "checking this machine."),
     ) -> None:
         """Check the GPU stack layer by layer: which layer is broken, and how to fix it.
@@ -131,12 +132,13 @@ def register(app: typer.Typer) -> None:
         \b
         Examples:
           gpudoctor check
-          gpudoctor check --freeze env.json      # on the machine that works
+          gpudoctor check --out env.json         # on the machine that works
           gpudoctor check --against env.json     # on the one that does not
           gpudoctor check --json --fail-on error
           gpudoctor check --lock rebuild/   # requirements.lock + Dockerfile
           gpudoctor check --lock rebuild/ --from env.json
         """
+        freeze = pick_out(freeze, freeze_old, "--freeze")
         if timeout <= 0:
             fail(f"--timeout must be a positive number of seconds, got {timeout}; try 60")
         from gpudoctor.analysis.env_diff import KIND, diff, freeze as freeze_env
@@ -155,9 +157,12 @@ def register(app: typer.Typer) -> None:
         if facts_file is not None:
             facts = _read_facts(facts_file)
         else:
+            from gpudoctor.cli.progress import Progress
             from gpudoctor.collectors.env import gather_facts
 
-            facts = gather_facts(timeout_s=timeout)
+            with Progress() as progress:  # stderr: the probe takes seconds (up to --timeout)
+                progress.stage("checking the GPU stack: driver, runtime, devices, context, compute")
+                facts = gather_facts(timeout_s=timeout)
         report = check_env(facts)
         here = freeze_env(facts)
         differences = diff(here, frozen_there) if frozen_there is not None else None

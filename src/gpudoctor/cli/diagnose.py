@@ -93,8 +93,9 @@ def render(run: Any, findings: list | None, console: Any, *, top: int = 5, price
         return
     if view:
         from gpudoctor.report.findings_view import render_findings
+        from gpudoctor.report.fit import print_whole
 
-        console.print(render_findings(run, findings, top=top))
+        print_whole(console, render_findings(run, findings, top=top))  # fix code unwrapped: it copies whole
         render_cost(run, findings, console, price)
     else:
         for f in findings:

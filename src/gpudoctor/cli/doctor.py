@@ -1,7 +1,8 @@
 """``gpudoctor doctor [-- CMD...]``: the whole check-up in one command.
 
 check → run (the user's command, or an embedded example workload) → diagnose → try the top fix
-→ terminal summary → HTML report. Each stage shows its progress on stderr; results go to stdout.
+→ terminal summary → HTML report. Each stage prints a line on stderr (``gpudoctor: [k/5] ...``)
+and its progress under it (:mod:`gpudoctor.cli.progress`); results go to stdout.
 """
 
 from __future__ import annotations
@@ -38,18 +39,19 @@ def _embedded_command(size: str, gpu: bool) -> tuple[str, ...]:
     return tuple(workload.argv(size=chosen, python=sys.executable))
 
 
-def _run(spec: Any, say) -> Any:
+def _run(spec: Any, progress: Any) -> Any:
     from gpudoctor.cli import diagnose as diag
     from gpudoctor.collectors.launch import run_instrumented
 
-    outcome = run_instrumented(spec, say=say)
+    outcome = run_instrumented(spec, say=progress.say, on_progress=progress.run)
+    progress.stage("diagnosing")
     run = diag.load(outcome.run_dir)
     findings = diag.analyse(run) if run.steps else []
     return outcome, run, findings or []
 
 
 def _prove(command: tuple[str, ...], base: Path, steps: int, steps_given: bool, knobs: str, first: Any,
-           err: Any, say, title: str) -> Any:
+           progress: Any) -> Any:
     """The top fix, measured as ``run --try`` measures it: interleaved baseline and knobbed runs
     until the difference is above the run-to-run noise (the diagnosed run is the first baseline).
     Returns the runs (``TryRuns``: ``.comparison``, ``.exit_code``)."""
@@ -59,10 +61,10 @@ def _prove(command: tuple[str, ...], base: Path, steps: int, steps_given: bool, 
     parsed = parse_knobs(knobs)
     run_steps, why = steps_for(parsed, steps if steps_given else None, steps)
     if why:
-        say(f"gpudoctor: {why}")
+        progress.say(f"gpudoctor: {why}")
 
     def run_one(spec: Any) -> tuple[Any, Any]:
-        outcome, data, _ = _run(spec, say)
+        outcome, data, _ = _run(spec, progress)
         return outcome, data
 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
@@ -71,14 +73,12 @@ def _prove(command: tuple[str, ...], base: Path, steps: int, steps_given: bool, 
         return RunSpec(command=command, run_dir=run_dir, steps=run_steps, echo_child=False, knobs=knobs,
                        **({"profile": False, "sample_gpu": False} if repeat else {}))
 
-    with err.status(title) as status:
-        def progress(arm: str, n: int) -> None:
-            status.update(f"{title}: {arm} run {n}…")
+    def on_run(arm: str, n: int) -> None:
+        progress.label = f"[4/5] {arm} run {n} (at most {DOCTOR_MAX_RUNS} of each): "
 
-        reuse = run_steps == steps  # the diagnosed run is the first baseline unless steps differ
-        result = measure(make_spec, base if reuse else base / "proof", parsed, max_runs=DOCTOR_MAX_RUNS,
-                         run=run_one, on_run=progress, first=first if reuse else None)
-    return result
+    reuse = run_steps == steps  # the diagnosed run is the first baseline unless steps differ
+    return measure(make_spec, base if reuse else base / "proof", parsed, max_runs=DOCTOR_MAX_RUNS,
+                   run=run_one, on_run=on_run, first=first if reuse else None)
 
 
 def register(app: typer.Typer) -> None:
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         steps: int = typer.Option(None, "--steps", help="Optimizer steps to measure per run (default 60; "
                                   "100 when the fix to prove is compile)."),
-        out: Path = typer.Option(None, "--out", help="Where the run directories and report go: a new "
+        out: Path = typer.Option(None, "--out", "-o", help="Where the run directories and report go: a new "
                                  "directory (default gpudoctor-runs/<time>-doctor-<name>)."),
         force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_fix: bool = typer.Option(True, "--try/--no-try",
@@ -140,11 +140,14 @@ def register(app: typer.Typer) -> None:
             from gpudoctor.collectors import outdir
 
             outdir.claim(out, force=force)
+        from gpudoctor.cli.progress import Progress
+
         err, console = stderr_console(), stdout_console()
         say = (lambda message: err.print(message, highlight=False, markup=False))
         start = time.perf_counter()
 
-        with err.status("[1/5] checking the GPU stack: driver, runtime, devices, context, compute…"):
+        with Progress(err) as progress:
+            progress.headline("[1/5] checking the GPU stack: driver, runtime, devices, context, compute")
             facts = gather_facts(timeout_s=timeout)
             check = check_env(facts)
         gpu = _gpu_usable(facts)
@@ -158,12 +161,13 @@ def register(app: typer.Typer) -> None:
         resolve_command(command)
         base = out if out is not None else default_run_dir(("doctor",) + command)
         where = "the GPU" if gpu else "the CPU (no usable GPU: see the check above)"
-        with err.status(f"[2/5] running {' '.join(command)} for {steps} steps on {where} "
-                        f"(its output goes to {base / 'baseline' / 'stdout.log'})…"):
+        say(f"gpudoctor: [2/5] running {' '.join(command)} for {steps} steps on {where} "
+            f"(its output goes to {base / 'baseline' / 'stdout.log'})")
+        with Progress(err) as progress:
             from gpudoctor.collectors.launch import RunSpec
 
             spec = RunSpec(command=command, run_dir=base / "baseline", steps=steps, echo_child=False)
-            outcome, run, findings = _run(spec, say)
+            outcome, run, findings = _run(spec, progress)
         if outcome.exit_code == EXIT_INTERRUPTED:
             say(f"interrupted; what was recorded is in {run.path}")
             raise typer.Exit(EXIT_INTERRUPTED)
@@ -176,13 +180,21 @@ def register(app: typer.Typer) -> None:
         pick = first_testable(findings, config) if try_fix else None
         if pick is not None and outcome.exit_code == 0:
             finding, knobs = pick
-            proof = _prove(command, base, steps, steps_given, knobs, (outcome, run), err, say,
-                           f"[3/5] diagnosed: {finding.title}. [4/5] proving the fix with --try {knobs}")
+            say(f"gpudoctor: [3/5] diagnosed: {len(findings)} finding(s); the top one to prove: {finding.title}")
+            say(f"gpudoctor: [4/5] proving the fix: the run again with --try {knobs}, interleaved with "
+                "the baseline until the difference is above the noise")
+            with Progress(err) as progress:
+                proof = _prove(command, base, steps, steps_given, knobs, (outcome, run), progress)
             if proof.exit_code == EXIT_INTERRUPTED:
                 say(f"interrupted while proving the fix; the runs so far are in {base}")
                 raise typer.Exit(EXIT_INTERRUPTED)
             comparison = proof.comparison
-        with err.status("[5/5] writing the HTML report…"):
+        else:
+            why = ("--no-try" if not try_fix else "the script failed" if outcome.exit_code != 0
+                   else "no finding has a fix gpudoctor can inject")
+            say(f"gpudoctor: [3/5] diagnosed: {len(findings)} finding(s); [4/5] no fix to prove ({why})")
+        with Progress(err) as progress:
+            progress.headline("[5/5] writing the HTML report")
             report = write_report(run, findings, verified=comparison, price_per_gpu_hour=price)
         seconds = time.perf_counter() - start
 

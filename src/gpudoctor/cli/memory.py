@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -52,6 +53,7 @@ def estimate(
           --input tokens:1024:50257 -b 8 --precision bf16
     """
     from gpudoctor.cli.output import emit_json, stdout_console
+    from gpudoctor.cli.progress import Progress
     from gpudoctor.errors import GpuDoctorUserError
     from gpudoctor.memory.estimate import EstimateConfig, estimate_memory
     from gpudoctor.memory.inputs import batch_factory, load_factory
@@ -63,25 +65,44 @@ def estimate(
                                 probe_batches=probe_batches, device=device, margin=margin)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
-    factory = load_factory(model)
-    make_batch = batch_factory(input_spec)
-    try:
-        result = estimate_memory(factory, make_batch, config, model_name=model)
-    except ValueError as exc:
-        raise GpuDoctorUserError(str(exc)) from None
+    with Progress() as progress:
+        progress.stage(f"importing {model}")
+        factory, make_batch = _reporting(load_factory(model), batch_factory(input_spec), config, progress)
+        try:
+            result = estimate_memory(factory, make_batch, config, model_name=model)
+        except ValueError as exc:
+            raise GpuDoctorUserError(str(exc)) from None
     if json_output:
         emit_json(result)
     else:
         stdout_console().print(render_estimate(result))
 
 
+def _reporting(factory: Any, make_batch: Any, config: Any, progress: Any) -> tuple[Any, Any]:
+    """The model and batch factories, telling ``progress`` what the estimate is doing."""
+    probes = config.probes()
+
+    def build() -> Any:
+        progress.stage("building the model")
+        return factory()
+
+    def batch(size: int, device: Any) -> Any:
+        progress.stage(f"training probe batches on {device}", f"batch {size} (probes: "
+                       f"{', '.join(str(p) for p in probes)})")
+        return make_batch(size, device)
+
+    return build, batch
+
+
 @memory_app.command("run", context_settings={"allow_extra_args": True, "allow_interspersed_args": False},
                     options_metavar="[OPTIONS] [--] COMMAND [ARGS]...")
 def run(
     ctx: typer.Context,
-    steps: int = typer.Option(20, "--steps", help="Stop after N optimizer steps (the per-step curve)."),
+    steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (the per-step curve; "
+                              "default 20)."),
+    full: bool = typer.Option(False, "--full", help="Let the script run to its end instead."),
     stages: int = typer.Option(3, "--stages", help="Probe each stage of the first K steps."),
-    out: Path = typer.Option(None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
     force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     first_step_timeout: float = typer.Option(
@@ -102,28 +123,34 @@ def run(
       gpudoctor memory run -- python train.py --batch-size 64
       gpudoctor memory run --steps 20 --stages 2 -- python -m mypkg.train
     """
-    from gpudoctor.cli.output import emit_json, stderr_console, stdout_console
+    from gpudoctor.cli.output import emit_json, stdout_console
+    from gpudoctor.cli.progress import Progress
     from gpudoctor.collectors.launch import default_run_dir, resolve_command
     from gpudoctor.errors import GpuDoctorUserError
-    from gpudoctor.memory.run import memory_run
+    from gpudoctor.memory.run import DEFAULT_STEPS, memory_run
     from gpudoctor.report.memory_view import render_memory_run
 
     command = tuple(ctx.args)
     if not command:
         raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor memory run -- python train.py")
+    if full and steps is not None:
+        raise GpuDoctorUserError("--steps and --full contradict each other; give one of them")
     resolve_command(command)
     base = out if out is not None else default_run_dir(command)
     from gpudoctor.collectors import outdir
 
     outdir.claim(base, force=force)
     try:
-        result = memory_run(command, base, steps=steps, stages=stages,
-                            child_stdout_to_stderr=json_output, first_step_timeout_s=first_step_timeout)
+        with Progress() as progress:
+            result = memory_run(command, base, stages=stages,
+                                steps=None if full else (steps if steps is not None else DEFAULT_STEPS),
+                                first_step_timeout_s=first_step_timeout,
+                                say=progress.say, echo=progress.echo, on_progress=progress.run)
+            if result.outcome.message:
+                progress.say(f"gpudoctor: {result.outcome.message}")
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
     outcome, report = result.outcome, result.report
-    if outcome.message:
-        stderr_console().print(f"gpudoctor: {outcome.message}", highlight=False, markup=False)
     # An OOM is what this command diagnoses: it is reported, and the exit code says the script failed.
     if json_output:
         emit_json({"run_dir": str(outcome.run_dir), "manifest": outcome.manifest, "memory": report,

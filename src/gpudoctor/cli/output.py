@@ -81,6 +81,20 @@ def stderr_console():
     return Console(file=sys.stderr, stderr=True, soft_wrap=True)
 
 
+def pick_out(out: Any, old: Any, old_name: str) -> Any:
+    """``--out/-o`` is where every command writes its results; ``old_name`` is the option's
+    earlier name (``--output``, ``--freeze``), still accepted, hidden from ``--help``."""
+    if old is None:
+        return out
+    from gpudoctor.errors import GpuDoctorUserError
+
+    if out is not None:
+        raise GpuDoctorUserError(f"{old_name} is the earlier name of --out; give one of them")
+    stderr_console().print(f"note: {old_name} is now --out (or -o); the old name still works", highlight=False,
+                           markup=False)
+    return old
+
+
 def emit_json(payload: Any) -> None:
     """Print ``payload`` (plain data or records) as indented JSON on stdout."""
     from gpudoctor.records.base import to_dict

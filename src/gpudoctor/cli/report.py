@@ -12,10 +12,11 @@ from gpudoctor.cli.pricing import price_option
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
-        rundir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run` or `doctor`."),
+        run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run` or `doctor`."),
         output: Path = typer.Option(
-            None, "--output", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
+            None, "--out", "-o", help="Where to write the HTML (default: RUNDIR/report.html)."
         ),
+        output_old: Path = typer.Option(None, "--output", hidden=True, help="The earlier name of --out."),
         json_output: bool = typer.Option(False, "--json", help="Print the report's path as JSON."),
         price: float = price_option(),
     ) -> None:
@@ -34,19 +35,25 @@ def register(app: typer.Typer) -> None:
           gpudoctor report RUN_DIR --price-per-gpu-hour 2.5   # adds the cost table
         """
         from gpudoctor.cli.diagnose import current_findings
-        from gpudoctor.cli.output import emit_json, fail, stdout_console
+        from gpudoctor.cli.output import emit_json, fail, pick_out, stdout_console
         from gpudoctor.records.base import SchemaError
         from gpudoctor.records.rundir import load_run
         from gpudoctor.report.html import write_report
 
-        try:
-            run = load_run(rundir)
-        except (FileNotFoundError, SchemaError) as exc:
-            fail(str(exc))
-        findings = current_findings(run)
-        if output is not None and output.is_dir():
-            output = output / "report.html"
-        path = write_report(run, findings, output, price_per_gpu_hour=price)
+        output = pick_out(output, output_old, "--output")
+        from gpudoctor.cli.progress import Progress
+
+        with Progress() as progress:  # stderr: charts and analysis take seconds
+            progress.stage(f"reading and analysing {run_dir}")
+            try:
+                run = load_run(run_dir)
+            except (FileNotFoundError, SchemaError) as exc:
+                fail(str(exc))
+            findings = current_findings(run)
+            if output is not None and output.is_dir():
+                output = output / "report.html"
+            progress.stage("drawing the charts and writing the HTML")
+            path = write_report(run, findings, output, price_per_gpu_hour=price)
         if json_output:
             emit_json({"report": str(path), "size_bytes": path.stat().st_size})
         else:

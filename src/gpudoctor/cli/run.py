@@ -47,17 +47,20 @@ def parse_window(text: str) -> tuple[int, int]:
         ) from None
 
 
-def _one(spec: Any, json_output: bool) -> tuple[Any, Any, list | None]:
+def _one(spec: Any) -> tuple[Any, Any, list | None]:
+    """Run ``spec`` with its progress on stderr (the script's output above it), then diagnose."""
     from gpudoctor.cli import diagnose as diag
-    from gpudoctor.cli.output import stderr_console
+    from gpudoctor.cli.progress import Progress
     from gpudoctor.collectors.launch import run_instrumented
 
-    outcome = run_instrumented(spec)
-    if outcome.message:
-        stderr_console().print(f"gpudoctor: {outcome.message}", highlight=False, markup=False)
-    run = diag.load(outcome.run_dir)
-    # A run stopped before its first step still has a diagnosis when it left stacks behind.
-    findings = diag.analyse(run) if run.steps or run.stacks else None
+    with Progress() as progress:
+        outcome = run_instrumented(spec, say=progress.say, echo=progress.echo, on_progress=progress.run)
+        if outcome.message:
+            progress.say(f"gpudoctor: {outcome.message}")
+        progress.stage("diagnosing")
+        run = diag.load(outcome.run_dir)
+        # A run stopped before its first step still has a diagnosis when it left stacks behind.
+        findings = diag.analyse(run) if run.steps or run.stacks else None
     return outcome, run, findings
 
 
@@ -94,9 +97,10 @@ def render_crash_explanation(run: Any, match: Any, console: Any) -> None:
                       highlight=False, markup=False)
         return
     from gpudoctor.report.explain_view import match_block
+    from gpudoctor.report.fit import print_whole
 
     console.print(f"the crash, explained (gpudoctor explain {where}):", highlight=False, markup=False)
-    console.print(match_block(1, match))
+    print_whole(console, match_block(1, match))  # its fix and links unwrapped: they copy whole
 
 
 def register(app: typer.Typer) -> None:
@@ -106,7 +110,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(None, "--steps", help="Stop after N optimizer steps (default 60)."),
         full: bool = typer.Option(False, "--full", help="Let the script run to its end."),
         out: Path = typer.Option(
-            None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."
+            None, "--out", "-o", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."
         ),
         force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
         try_knobs: str = typer.Option(
@@ -182,13 +186,12 @@ def register(app: typer.Typer) -> None:
             "first_step_timeout_s": first_step_timeout,
             "stall_timeout_s": stall_timeout,
             "keep_trace": keep_trace,
-            "child_stdout_to_stderr": json_output,
         }
         _spec(command, base, **options)  # bad options: refused before --force removes anything
         outdir.claim(base, force=force)
         console = stdout_console()
         if not knobs:
-            outcome, rundata, findings = _one(_spec(command, base, **options), json_output)
+            outcome, rundata, findings = _one(_spec(command, base, **options))
             explained = crash_explanation(rundata)
             if json_output:
                 extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
@@ -224,7 +227,7 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
     findings: dict[str, Any] = {}
 
     def run_one(spec: Any) -> tuple[Any, Any]:
-        outcome, data, found = _one(spec, json_output)
+        outcome, data, found = _one(spec)
         findings[str(spec.run_dir)] = found
         return outcome, data
 

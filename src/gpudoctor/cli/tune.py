@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
             None, "--script", help="Or a plain script command (quoted), tuned through `run --try` knobs."
         ),
         out: str = typer.Option(
-            "gpudoctor-tuned.toml", "--out", help="Engine config to write (TrainConfig.from_file); loader settings go "
+            "gpudoctor-tuned.toml", "--out", "-o", help="Engine config to write (TrainConfig.from_file); loader settings go "
             "next to it as NAME.loader.toml."
         ),
         json_output: bool = typer.Option(False, "--json", help="Print every trial and the result as JSON."),
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
 
         # A live spinner on a terminal (the knob and the trials done so far); every finished trial
         # also gets a line, so a log file keeps the whole story.
-        live = err.status("starting ...") if main_rank and err.is_terminal else contextlib.nullcontext()
+        live = err.status("starting (importing the target, measuring the reference run) ...") if main_rank and err.is_terminal else contextlib.nullcontext()
         done = {"runs": 0, "knob": "plan"}
 
         def spin() -> None:
@@ -108,6 +108,9 @@ def register(app: typer.Typer) -> None:
             if main_rank:
                 err.print(message, highlight=False, markup=False, style="bold" if message.startswith("tuning") else None)
 
+        if main_rank and not err.is_terminal:  # a log: say what the first, silent seconds do
+            err.print("gpudoctor: tune: starting (importing the target, measuring the reference run)",
+                      highlight=False, markup=False)
         try:
             with live:
                 result = _run(knob, target, script, out, options_kwargs=dict(
@@ -122,8 +125,8 @@ def register(app: typer.Typer) -> None:
             if json_output:
                 emit_json(result)
             else:
-                # a pipe gets 120 columns: the verdict column holds the reasons
-                stdout_console(None if sys.stdout.isatty() else 120).print(render_tune(result))
+                # the terminal's width, or COLUMNS (80 when piped): tables too wide for it are stacked
+                stdout_console().print(render_tune(result))
             sys.stdout.flush()
         if result.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)

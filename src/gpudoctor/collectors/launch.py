@@ -2,9 +2,11 @@
 
 ``python x.py ...``, ``python -m pkg.mod ...`` and ``torchrun ... x.py`` all work unchanged: the
 probes ride in on ``PYTHONPATH`` (see :mod:`gpudoctor.collectors.instrument`), so they reach
-every rank torchrun starts. The child's stdout and stderr stream live to ours (stdout to stderr
-under ``--json``, so JSON stays clean) and are teed to ``stdout.log``. The parent samples the
-GPUs (NVML) and the host while the child runs.
+every rank torchrun starts. The child's stdout and stderr both stream live to our *stderr*
+(our stdout holds gpudoctor's results only), without the profiler's log noise
+(:data:`gpudoctor.collectors.watch.NOISE`), and are teed whole to ``stdout.log``. The parent
+samples the GPUs (NVML) and the host while the child runs, and reports the run's stage and step
+to an ``on_progress`` callback (:class:`RunProgress`).
 
 Ending: the child's exit code passes through; a child killed by signal N gives 128+N. A stall
 (no optimizer step for a while), Ctrl-C and the first-step timeout first write every probed
@@ -31,7 +33,7 @@ import gpudoctor
 from gpudoctor.collectors import instrument, outdir, stacks
 from gpudoctor.collectors.knobs import Knob, child_env
 from gpudoctor.collectors.supervise import Supervisor, signal_group
-from gpudoctor.collectors.watch import Tee, start_samplers, stop_samplers
+from gpudoctor.collectors.watch import ProgressReporter, RunProgress, Tee, echoes, start_samplers, stop_samplers
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.records.base import SchemaError, read_json, write_json
 from gpudoctor.records.rundir import KIND_CONFIG, KIND_MANIFEST, MANIFEST, STDOUT, read_steps
@@ -61,7 +63,8 @@ class RunSpec:
         stall_timeout_s: stop the child, with every rank's stacks, when no optimizer step
             happened for ``max(stall_timeout_s, 20 x the median step)``.
         keep_trace: also write the window's Chrome trace (``trace-rank{N}.json``).
-        child_stdout_to_stderr: send the child's stdout to our stderr (for ``--json``).
+        child_stdout_to_stderr: show the child's stdout on our stderr (the default: our stdout is
+            for results); ``False`` shows it on our stdout (a library caller's choice).
         echo_child: show the child's output live; ``False`` keeps it in ``stdout.log`` only.
         grace_s: how long the child gets to exit after SIGINT before SIGTERM (then SIGKILL).
         sample_gpu: run the NVML and host samplers.
@@ -79,7 +82,7 @@ class RunSpec:
     first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
     stall_timeout_s: float = STALL_TIMEOUT_S
     keep_trace: bool = False
-    child_stdout_to_stderr: bool = False
+    child_stdout_to_stderr: bool = True
     echo_child: bool = True
     grace_s: float = 10.0
     sample_gpu: bool = True
@@ -238,14 +241,21 @@ def _pid_ranks(run_dir: Path) -> dict[int, int]:
     return out
 
 
-def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None) -> RunOutcome:
+def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
+                     echo: Callable[[bytes], None] | None = None,
+                     on_progress: Callable[[RunProgress], None] | None = None) -> RunOutcome:
     """Run ``spec.command`` under the probes; write the run directory; return how it ended.
 
     Raises :class:`GpuDoctorUserError` when the command cannot be started or ``spec.run_dir``
     holds anything (nothing is run or touched then; ``--force`` is :func:`outdir.claim`'s).
-    ``say`` receives progress messages for the user (stderr).
+    ``say`` receives messages for the user (default: our stderr). ``echo`` receives the child's
+    output lines, noise left out (default: our stderr, or stdout for its stdout when
+    ``spec.child_stdout_to_stderr`` is off); unused when ``spec.echo_child`` is off.
+    ``on_progress`` is called with the run's :class:`RunProgress` at the start, at each change of
+    stage or step count (read every half second) and at the end.
     """
     say = say or (lambda message: print(message, file=sys.stderr, flush=True))
+    report = on_progress or (lambda progress: None)
     command = resolve_command(tuple(spec.command))
     run_dir = spec.run_dir
     outdir.claim(run_dir)
@@ -271,7 +281,8 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     write_json(run_dir / MANIFEST, manifest, kind=KIND_MANIFEST)
 
     log = (run_dir / STDOUT).open("wb")
-    out_target = sys.stderr.buffer if spec.child_stdout_to_stderr else sys.stdout.buffer
+    window = spec.window
+    report(RunProgress(stage="starting", total=spec.steps, window=window))
     try:
         proc = subprocess.Popen(
             list(command),
@@ -289,12 +300,12 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     lock = threading.Lock()
     out_tail: deque = deque(maxlen=40)
     err_tail: deque = deque(maxlen=40)
-    tees = [
-        Tee(proc.stdout, out_target if spec.echo_child else None, log, lock, out_tail),
-        Tee(proc.stderr, sys.stderr.buffer if spec.echo_child else None, log, lock, err_tail),
-    ]
+    echo_out, echo_err = echoes(spec.echo_child, spec.child_stdout_to_stderr, echo)
+    tees = [Tee(proc.stdout, echo_out, log, lock, out_tail), Tee(proc.stderr, echo_err, log, lock, err_tail)]
+    on_scan = ProgressReporter(report, total=spec.steps, window=window)
     watch = Supervisor(proc, run_dir, first_step_timeout_s=spec.first_step_timeout_s,
-                       stall_timeout_s=spec.stall_timeout_s, grace_s=spec.grace_s, say=say)
+                       stall_timeout_s=spec.stall_timeout_s, grace_s=spec.grace_s, say=say, on_scan=on_scan)
+    on_scan(0, False)
     previous = {}
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
@@ -322,8 +333,8 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None)
     stacks.settle(run_dir, _pid_ranks(run_dir))
     ranks = _ranks(run_dir)
     steps_done = max(counts.values(), default=0)
+    report(RunProgress(stage="ended", steps=steps_done, total=spec.steps, window=window))
     status, error = _status(spec, rc, watch.stop_reason, steps_done, err_tail or out_tail)
-    window = spec.window
     if window is not None and 0 < steps_done <= window[0] and status == "completed":
         notes.append(
             f"the script ended after {steps_done} optimizer steps, before the profiler window "

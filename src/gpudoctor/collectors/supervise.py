@@ -87,13 +87,15 @@ class Supervisor:
     """The parent's loop while the child runs (see the module docstring)."""
 
     def __init__(self, proc: subprocess.Popen, run_dir: Path, *, first_step_timeout_s: float,
-                 stall_timeout_s: float, grace_s: float, say: Callable[[str], None]) -> None:
+                 stall_timeout_s: float, grace_s: float, say: Callable[[str], None],
+                 on_scan: Callable[[int, bool], None] | None = None) -> None:
         self.proc = proc
         self.run_dir = run_dir
         self.first_step_timeout_s = first_step_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self.grace_s = grace_s
         self.say = say
+        self.on_scan = on_scan  # (steps done, stopping) after each read of the step files
         self.progress = StepProgress(run_dir)
         self.stop_reason = ""  # "" | "interrupted" | "timeout" | "stalled"
         self.message = ""
@@ -153,6 +155,8 @@ class Supervisor:
             if now >= next_scan:
                 self.progress.poll(now)
                 next_scan = now + SCAN_S
+                if self.on_scan is not None:
+                    self.on_scan(self.progress.steps, bool(self.stop_reason))
             if not self.stop_reason:
                 self._check_stall(now)
             if self.stop_reason and deadline is None:

@@ -1,10 +1,15 @@
-"""What the parent does while the child trains: copy its output live, sample GPUs and host."""
+"""What the parent does while the child trains: copy its output live (to our stderr, without the
+profiler's log noise) and to ``stdout.log``, sample GPUs and host."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -12,17 +17,49 @@ from gpudoctor.records.base import JsonlWriter
 from gpudoctor.records.rundir import GPU_SAMPLES, HOST_SAMPLES, KIND_GPU, KIND_HOST
 
 
-class Tee:
-    """Copy a child pipe to one of our streams and to ``stdout.log``, live."""
+# Lines the child writes that are not the script's: logging of the profiler underneath
+# (Kineto's C++ glog lines, which KINETO_LOG_LEVEL does not silence) that says nothing to act on.
+# They are kept in stdout.log and left out of what the user sees live. Each entry: (pattern, why).
+NOISE: tuple[tuple[re.Pattern[bytes], str], ...] = (
+    (re.compile(rb"^USDT:\S* \S+ [\d:]+ \S+\] profiler_(start|stop)\s*$"),
+     "Kineto logs a USDT trace point each time the profiler window starts and stops"),
+    (re.compile(rb"^ERROR:\S* \S+ [\d:]+ \S+\] gpuGetDeviceCount failed with code \d+\s*$"),
+     "Kineto probes CUDA on every profiler start; on a machine without a usable GPU it fails "
+     "(code 35: no driver) and logs it as an error, although CPU profiling works"),
+    (re.compile(rb"^STAGE:\S* \S+ [\d:]+ \S+\] Completed Stage: .*$"),
+     "Kineto builds of earlier torch releases log each profiler stage (Warm Up, Collection, "
+     "Post Processing) on stderr"),
+    (re.compile(rb".*UserWarning: Warning: Profiler clears events at the end of each cycle.*"),
+     "torch.profiler warns that a schedule cycle drops the previous cycle's events; gpudoctor's "
+     "window is one cycle (the probes silence it in-process; this catches any left)"),
+)
 
-    def __init__(self, pipe: IO[bytes], target: IO[bytes] | None, log: IO[bytes], lock: threading.Lock, tail: deque) -> None:
-        self.thread = threading.Thread(target=self._run, args=(pipe, target, log, lock, tail), daemon=True)
+
+def is_noise(line: bytes) -> bool:
+    """True for a line of :data:`NOISE` (compared without its line ending)."""
+    text = line.rstrip(b"\r\n")
+    return any(pattern.match(text) for pattern, _ in NOISE)
+
+
+class Tee:
+    """Copy a child pipe to ``stdout.log`` (everything) and to ``echo`` (live, without the
+    :data:`NOISE` lines), keeping the last lines in ``tail``.
+
+    ``echo`` receives whole lines (a line ending in ``\\r``, a progress bar's update, counts as
+    one); ``None`` shows nothing (``gpudoctor doctor`` and ``tune`` keep the output in the log).
+    """
+
+    def __init__(self, pipe: IO[bytes], echo: Callable[[bytes], None] | None, log: IO[bytes],
+                 lock: threading.Lock, tail: deque) -> None:
+        self.thread = threading.Thread(target=self._run, args=(pipe, echo, log, lock, tail), daemon=True)
         self.thread.start()
 
     @staticmethod
-    def _run(pipe: IO[bytes], target: IO[bytes] | None, log: IO[bytes], lock: threading.Lock, tail: deque) -> None:
+    def _run(pipe: IO[bytes], echo: Callable[[bytes], None] | None, log: IO[bytes], lock: threading.Lock,
+             tail: deque) -> None:
         fd = pipe.fileno()
-        partial = b""
+        partial = b""  # the last, unfinished line (for the tail)
+        pending = b""  # what is not echoed yet: an unfinished line
         while True:
             try:
                 chunk = os.read(fd, 65536)
@@ -36,18 +73,96 @@ class Tee:
                     log.flush()
                 except ValueError:  # closed: a straggling grandchild wrote after the end
                     pass
-            try:
-                if target is not None:  # None: quiet (gpudoctor doctor keeps output in the log)
-                    target.write(chunk)
-                    target.flush()
-            except (OSError, ValueError):
-                pass  # our terminal went away: keep logging
+            if echo is not None:
+                pending = _echo_lines(pending + chunk, echo)
             lines = (partial + chunk).split(b"\n")
             partial = lines.pop()
             tail.extend(lines)
         if partial:
             tail.append(partial)
+        if echo is not None and pending:
+            _echo_lines(pending + b"\n", echo)
         pipe.close()
+
+
+_LINE_END = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
+
+
+def _echo_lines(data: bytes, echo: Callable[[bytes], None]) -> bytes:
+    """Echo ``data``'s finished lines that are not noise; return the unfinished rest."""
+    end = 0
+    shown = []
+    for match in _LINE_END.finditer(data):
+        end = match.end()
+        if not is_noise(match.group()):
+            shown.append(match.group())
+    if shown:
+        try:
+            echo(b"".join(shown))
+        except (OSError, ValueError):
+            pass  # our terminal went away: keep logging
+    return data[end:]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunProgress:
+    """Where a running child is, for a progress display.
+
+    Attributes:
+        stage: ``starting``, ``waiting`` (for the first optimizer step), ``training``,
+            ``profiling`` (a step of the profiler window is next), ``stopping`` or ``ended``.
+        steps: optimizer steps finished (the furthest rank).
+        total: the steps the run stops after; ``None`` runs to the script's end.
+        window: the profiler window's (first, last) step, or ``None``.
+    """
+
+    stage: str
+    steps: int = 0
+    total: int | None = None
+    window: tuple[int, int] | None = None
+
+
+def progress_stage(steps: int, window: tuple[int, int] | None, stopping: bool) -> str:
+    """The stage of a running child that finished ``steps`` optimizer steps."""
+    if stopping:
+        return "stopping"
+    if steps == 0:
+        return "waiting"
+    if window is not None and window[0] <= steps <= window[1]:
+        return "profiling"
+    return "training"
+
+
+class ProgressReporter:
+    """Turn the supervisor's scans (steps done, stopping) into :class:`RunProgress` reports, one
+    per change of stage or step count."""
+
+    def __init__(self, report: Callable[[RunProgress], None], *, total: int | None,
+                 window: tuple[int, int] | None) -> None:
+        self.report, self.total, self.window = report, total, window
+        self.last: tuple[str, int] | None = None
+
+    def __call__(self, steps: int, stopping: bool) -> None:
+        now = (progress_stage(steps, self.window, stopping), steps)
+        if now != self.last:
+            self.last = now
+            self.report(RunProgress(stage=now[0], steps=steps, total=self.total, window=self.window))
+
+
+def echoes(echo_child: bool, stdout_to_stderr: bool, echo: Callable[[bytes], None] | None) -> tuple[Any, Any]:
+    """Where the child's stdout and stderr lines are shown live (``None``: nowhere)."""
+    if not echo_child:
+        return None, None
+    if echo is not None:
+        return echo, echo
+
+    def to(stream: Any) -> Callable[[bytes], None]:
+        def write(data: bytes) -> None:
+            stream.buffer.write(data)
+            stream.buffer.flush()
+        return write
+
+    return (to(sys.stderr) if stdout_to_stderr else to(sys.stdout)), to(sys.stderr)
 
 
 def start_samplers(run_dir: Path, root_pid: int, notes: list[str]) -> list[Any]:

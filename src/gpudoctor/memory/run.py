@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpudoctor.analysis.memory_stages import MemoryRunReport, analyse_memory_run
 from gpudoctor.collectors.launch import RunOutcome, RunSpec, run_instrumented
@@ -28,10 +29,14 @@ class MemoryRun:
 
 def memory_run(
     command: tuple[str, ...], run_dir: Path, *, steps: int | None = DEFAULT_STEPS,
-    stages: int = DEFAULT_STAGES, child_stdout_to_stderr: bool = False,
+    stages: int = DEFAULT_STAGES, child_stdout_to_stderr: bool = True,
     first_step_timeout_s: float = 120.0, say: Callable[[str], None] | None = None,
+    echo: Callable[[bytes], None] | None = None, on_progress: Callable[[Any], None] | None = None,
 ) -> MemoryRun:
     """Run ``command`` with the memory probes; load and analyse its run directory.
+
+    ``say``, ``echo`` and ``on_progress`` go to :func:`run_instrumented` (messages, the script's
+    output, its stage and step).
 
     Raises:
         ValueError: bad ``steps``/``stages`` (worded with the fix).
@@ -42,6 +47,6 @@ def memory_run(
     spec = RunSpec(command=command, run_dir=run_dir, steps=steps, profile=False,
                    memory_stages=stages, first_step_timeout_s=first_step_timeout_s,
                    child_stdout_to_stderr=child_stdout_to_stderr)
-    outcome = run_instrumented(spec, say=say)
+    outcome = run_instrumented(spec, say=say, echo=echo, on_progress=on_progress)
     run = load_run(outcome.run_dir)
     return MemoryRun(outcome=outcome, run=run, report=analyse_memory_run(run))

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.bench import BenchReport, BenchResult, BenchVerdict, LinkState
+from gpudoctor.report.fit import Fit
 
 _TITLES = {
     "matmul": "Matmul",
@@ -134,7 +135,8 @@ def render_bench(report: BenchReport) -> Group:
         if r.section not in sections:
             sections.append(r.section)
     for section in sections:
-        parts.append(_table(section, [r for r in report.results if r.section == section], notes))
+        # stacked when the terminal is too narrow for the table
+        parts.append(Fit(_table(section, [r for r in report.results if r.section == section], notes)))
     if notes:
         parts.append(Text("Notes", style="bold"))
         for note, number in notes.items():

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.explain import ExplainMatch, ExplainReport, ExtractedError
+from gpudoctor.report.fit import Verbatim, print_whole
 
 _BANDS = ((0.8, "high", "green"), (0.5, "medium", "yellow"), (0.0, "low", "dim"))
 _MAX_LINE = 160
@@ -45,15 +46,6 @@ def _where(match: ExplainMatch) -> str:
     return " · ".join(parts)
 
 
-def _bullets(items: tuple[str, ...]) -> Table:
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(ratio=1)
-    for item in items:
-        grid.add_row("•", Text(item, overflow="fold"))  # Text: no markup parsing of user code
-    return grid
-
-
 def match_block(number: int, match: ExplainMatch) -> Group:
     """One root-cause match in full: title, evidence, cause, how to verify, fix, links."""
     band, style = _band(match.confidence)
@@ -70,14 +62,26 @@ def match_block(number: int, match: ExplainMatch) -> Group:
     for note in match.notes:
         parts.append(Text(f"note: {note}", style="cyan"))
     details = Table.grid(padding=(0, 1))
-    details.add_column(no_wrap=True, style="bold")
+    details.add_column(no_wrap=True, style="bold", min_width=_LABEL)
     details.add_column(ratio=1)
     details.add_row("Cause", Text(match.cause))
-    details.add_row("Verify", _bullets(match.verify))
-    details.add_row("Fix", _bullets(match.fix))
-    details.add_row("Read", _bullets(match.links))
     parts.append(details)
-    return Group(head, Padding(Group(*parts), (0, 0, 0, 3)))
+    # verification, fix and links hold commands, code and URLs: Verbatim, so that print_whole
+    # prints each item on one line that copies whole
+    lists = [_verbatim_items(label, items) for label, items in
+             (("Verify", match.verify), ("Fix", match.fix), ("Read", match.links)) if items]
+    return Group(head, Padding(Group(*parts), (0, 0, 0, 3)), *lists)
+
+
+_LABEL = 6  # the width of "Verify", the longest label
+
+
+def _verbatim_items(label: str, items: tuple[str, ...]) -> Verbatim:
+    text = Verbatim()
+    for i, item in enumerate(items):
+        text.append("   " + (label if i == 0 else "").ljust(_LABEL) + " ", style="bold")
+        text.append(f"• {item}" + ("\n" if i < len(items) - 1 else ""))
+    return text
 
 
 def _secondary_line(match: ExplainMatch) -> Group:
@@ -154,7 +158,7 @@ def render_explain(report: ExplainReport, console: Console) -> None:
         console.print(Text("Root cause" if len(roots) == 1 else "Root causes (most likely first)",
                            style="bold underline"), highlight=False)
         for number, match in enumerate(roots, start=1):
-            console.print(match_block(number, match), highlight=False)
+            print_whole(console, match_block(number, match), highlight=False)
     if secondary:
         console.print()
         console.print(Text("Also seen (likely consequences of the above)", style="bold underline"),

@@ -20,6 +20,7 @@ from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.rundir import RunData
 from gpudoctor.records.units import MISSING, human_bytes
+from gpudoctor.report.fit import Verbatim
 
 STYLES = {Severity.INFO: "cyan", Severity.WARN: "yellow", Severity.ERROR: "bold red"}
 PART_LABELS = {"data": "data wait", "copy": "copy", "compute": "compute", "comm": "comm",
@@ -210,8 +211,10 @@ def gpu_table(facts: RunFacts) -> Table | Text:
     return table
 
 
-def finding_block(index: int, finding: Finding) -> Text:
-    """One finding: severity, code, gain, title, evidence lines and the fix snippet."""
+def finding_block(index: int, finding: Finding) -> RenderableType:
+    """One finding: severity, code, gain, title, evidence lines and the fix snippet (a
+    :class:`~gpudoctor.report.fit.Verbatim`: :func:`~gpudoctor.report.fit.print_whole` prints it
+    unwrapped, so its code copies whole)."""
     text = Text()
     text.append(f"{index}. ", style="bold")
     text.append(f"{finding.severity.value.upper():5}", style=STYLES[finding.severity])
@@ -221,11 +224,10 @@ def finding_block(index: int, finding: Finding) -> Text:
     text.append(f"\n   {finding.title}\n")
     for line in finding.evidence:
         text.append(f"   - {line}\n", style="")
-    if finding.fix:
-        text.append("   fix:\n", style="bold")
-        for line in finding.fix.splitlines():
-            text.append(f"     {line}\n", style="green")
-    return text
+    if not finding.fix:
+        return text
+    text.append("   fix:", style="bold")
+    return Group(text, Verbatim("".join(f"     {line}\n" for line in finding.fix.splitlines()), style="green"))
 
 
 def _header(run: RunData, facts: RunFacts) -> Text:

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
+from gpudoctor.report.fit import Fit
 
 _STYLE = {
     TrialVerdict.OK: "green",
@@ -97,7 +98,7 @@ def knob_table(knob: KnobResult) -> Table:
 def _knob_block(knob: KnobResult) -> list[RenderableType]:
     parts: list[RenderableType] = []
     if knob.trials:
-        parts.append(knob_table(knob))
+        parts.append(Fit(knob_table(knob)))  # stacked when the terminal is too narrow
     else:
         parts.append(Text(_TITLES.get(knob.knob, knob.knob), style="italic"))
     verdict_only = knob.knob in ("plan", "confirm", "script:plan", "script:result")

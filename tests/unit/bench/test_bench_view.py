@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rich.console import Console
 
 from gpudoctor.analysis.bench_rules import judge
@@ -12,8 +14,8 @@ from gpudoctor.records.bench import BenchReport
 from gpudoctor.report.bench_view import num, render_bench
 
 
-def _render(report: BenchReport) -> str:
-    console = Console(file=io.StringIO(), width=100, color_system=None)
+def _render(report: BenchReport, width: int = 100) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
     console.print(render_bench(judge(report)))
     return console.file.getvalue()
 
@@ -24,6 +26,16 @@ def test_gpu_report_golden(gpu_report, golden) -> None:
 
 def test_cpu_report_golden(cpu_report, golden) -> None:
     golden("bench/cpu_report.txt", _render(cpu_report))
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("which", ["gpu", "cpu"])
+def test_report_golden_at_80_and_120_columns(request, golden, which: str, width: int) -> None:
+    """Nothing cropped at 80 columns: a table too wide for the terminal is stacked."""
+    text = _render(request.getfixturevalue(f"{which}_report"), width)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    golden(f"bench/{which}_report_{width}.txt", text)
 
 
 def test_low_figures_and_skips_are_visible(gpu_report) -> None:

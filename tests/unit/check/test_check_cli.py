@@ -49,14 +49,16 @@ def test_failing_facts_exit_1_and_json_round_trips(tmp_path, facts_factory):
         assert runner.invoke(app, ["check", "--fail-on", fail_on, "--facts", str(again)]).exit_code == code
 
 
-def test_freeze_then_against(tmp_path, facts_factory):
+@pytest.mark.parametrize("option", ["--out", "-o", "--freeze"])  # --freeze: the earlier name, hidden
+def test_freeze_then_against(tmp_path, facts_factory, option):
     import dataclasses
 
     frozen = tmp_path / "env.json"
     healthy = facts_factory.healthy(1)
     result = runner.invoke(app, ["check", "--facts", str(_facts_file(tmp_path, healthy)),
-                                 "--freeze", str(frozen)])
+                                 option, str(frozen)])
     assert result.exit_code == 0 and frozen.exists()
+    assert ("is now --out" in result.stderr) == (option == "--freeze")
     assert json.loads(frozen.read_text())["data"]["torch_variant"] == "cu130"
     moved = dataclasses.replace(healthy, torch=dataclasses.replace(healthy.torch, version="2.12.0+cu130"))
     args = ["check", "--json", "--facts", str(_facts_file(tmp_path, moved)), "--against", str(frozen)]
@@ -70,7 +72,7 @@ def test_freeze_then_against(tmp_path, facts_factory):
 
 @pytest.mark.parametrize("args,words", [
     (["--timeout", "0"], "--timeout must be a positive"),
-    (["--against", "does-not-exist.json"], "write one with `gpudoctor check --freeze"),
+    (["--against", "does-not-exist.json"], "write one with `gpudoctor check --out"),
 ])
 def test_usage_errors_exit_2(args, words):
     result = runner.invoke(app, ["check", *args])

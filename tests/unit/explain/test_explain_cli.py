@@ -36,6 +36,17 @@ def test_rendered_single_message_matches_golden(golden) -> None:
     golden("explain/single_oom_fragmentation.txt", _render(FRAG))
 
 
+def test_links_and_fix_lines_copy_whole_at_80_columns() -> None:
+    """URLs and commands are not folded at the width: each is one line that copies whole."""
+    buffer = io.StringIO()
+    render_explain(explain_text(FRAG), Console(file=buffer, width=80, color_system=None))
+    lines = buffer.getvalue().splitlines()
+    url = "https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+    assert any(line.endswith(f"• {url}") for line in lines)
+    assert any(line.endswith("• export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1) before "
+                             "the process starts") for line in lines)
+
+
 def test_message_argument_matches_and_exits_1() -> None:
     """A known failure matched is a finding: exit 1 (the contract); --fail-on never makes it 0."""
     result = runner.invoke(app, ["explain", FRAG])

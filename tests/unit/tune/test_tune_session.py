@@ -114,7 +114,8 @@ def test_cli_json(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["tune", "batch", "--target", OOM_REF, "--json", "--out", str(out), "--steps", "2", "--window-s", "0",
                                    "--pick-batch", "max"])
     assert res.exit_code == 0, res.output
-    payload = json.loads(res.stdout[res.stdout.index("{"):])
+    payload = json.loads(res.stdout)  # stdout: the JSON only; progress and trial lines on stderr
+    assert "gpudoctor: tune: starting" in res.stderr and "batch=16" in res.stderr
     batch = next(k for k in payload["knobs"] if k["knob"] == "batch")
     assert batch["params"]["max_batch_size"] == 95
     assert TrainConfig.from_file(out).batch_size == batch["params"]["batch_size"] == payload["config"]["batch_size"]

@@ -71,7 +71,10 @@ def _result() -> TuneResult:
 def test_tune_table_golden(golden, width: int) -> None:
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None).print(render_tune(_result()))
-    golden(f"tune/tune_view_{width}.txt", buf.getvalue())
+    text = buf.getvalue()
+    assert "…" not in text  # nothing cropped: a table too wide for the width is stacked
+    assert max(len(line) for line in text.splitlines()) <= width
+    golden(f"tune/tune_view_{width}.txt", text)
 
 
 def test_trial_lines_golden(golden) -> None:
