@@ -126,16 +126,23 @@ class RunSpec:
             return None
         if self.profile_window is not None:
             return self.profile_window
-        if self.steps is None:
-            return FULL_WINDOW
-        last = self.steps - 1
-        first = last - WINDOW_STEPS + 1
-        if first >= MIN_WARMUP:
-            return first, last
-        # a short run: fit the window after a quarter of it
-        first = max(1, self.steps // 4)
-        last = min(first + WINDOW_STEPS - 1, self.steps - 1)
-        return (first, last) if last >= first else None
+        return default_window(self.steps)
+
+
+def default_window(steps: int | None) -> tuple[int, int] | None:
+    """The profiler window's default (first, last) step for a run of ``steps`` optimizer steps
+    (``None``: to the end); :attr:`RunSpec.window` explains the placement. ``gpudoctor.watch``
+    places its window the same way."""
+    if steps is None:
+        return FULL_WINDOW
+    last = steps - 1
+    first = last - WINDOW_STEPS + 1
+    if first >= MIN_WARMUP:
+        return first, last
+    # a short run: fit the window after a quarter of it
+    first = max(1, steps // 4)
+    last = min(first + WINDOW_STEPS - 1, steps - 1)
+    return (first, last) if last >= first else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpudoctor.collectors.instrument.probes import _apply, _set
@@ -41,7 +42,8 @@ def write_window() -> None:
     if not window.stopped:
         window.stop(last_step=S.step - 1)
     trace = S.run_dir / f"trace-rank{S.rank}.json" if S.keep_trace else None
-    summary = window.summarize(trace_path=trace)
+    trace_dir = S.info.get("trace_dir")
+    summary = window.summarize(trace_path=trace, trace_dir=Path(trace_dir) if trace_dir else None)
     note = S.info.get("window_note")
     if summary is not None and note:
         import dataclasses
