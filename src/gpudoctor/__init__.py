@@ -13,8 +13,10 @@ __all__ = ["__version__", "watch"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "watch":  # lazy: the probes import torch when a watch starts, not here
-        from gpudoctor.watching import watch
+    if name == "watch":
+        # Lazy, and by name: `import gpudoctor` (which every module does for __version__) must
+        # not load the probes, torch or the report; the layers see gpudoctor.watching on its own.
+        import importlib
 
-        return watch
+        return importlib.import_module("gpudoctor.watching").watch
     raise AttributeError(f"module 'gpudoctor' has no attribute {name!r}")
