@@ -21,6 +21,7 @@ one directory (``gpudoctor-runs/watch-<run id>``).
 from __future__ import annotations
 
 import html
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,8 @@ class Watch:
         else:
             self._probes.end("completed")
         self._probes.close()
-        if not self.quiet and exc_type is None:
-            self._say()
+        if not self.quiet and exc_type is None and os.environ.get("RANK", "0") == "0":
+            self._say()  # once per job under torchrun
         return False  # the user's exception goes on
 
     def stop(self) -> None:

@@ -215,7 +215,7 @@ class InProcessProbes:
             if self.spec.nvtx:
                 from gpudoctor.collectors.instrument import nvtx
 
-                note = nvtx.install(self._handles)
+                note = nvtx.install(self._handles, enabled=lambda: self.active)
                 if note:
                     self.notes.append(note)
         except Exception:

@@ -129,9 +129,12 @@ def test_nvtx_ranges_wrap_steps_optimizer_steps_and_data_waits(tmp_path: Path, m
     monkeypatch.setattr(torch.cuda, "nvtx", fake)
     before = Snapshot()
     with gd.watch(steps=2, run_dir=tmp_path / "run", profile=False, sample=False, nvtx=True, quiet=True):
-        _loop(2)
+        _loop(4)  # two steps observed, two more inside the block after the watch ended
     step = ["push data wait", "pop", "push optimizer.step", "pop", "pop"]
-    assert fake.calls == ["push gpudoctor step 0", *step, "push gpudoctor step 1", *step, "push gpudoctor step 2"]
+    after = ["pop"]  # the third step closes the open step range and opens none; then nothing
+    assert fake.calls == ["push gpudoctor step 0", *step, "push gpudoctor step 1", *step,
+                          "push gpudoctor step 2", *after]
+    assert fake.calls.count("pop") == sum(c.startswith("push") for c in fake.calls)  # balanced
     assert before.changed() == []  # the DataLoader wrapper came out with the probes
     calls = len(fake.calls)
     _loop(2)  # after the watch: no range is pushed any more

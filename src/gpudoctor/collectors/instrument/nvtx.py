@@ -15,6 +15,8 @@ CUDA nothing is installed and :func:`install` says so. Only the process that ins
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 STEP = "gpudoctor step {}"
@@ -23,36 +25,46 @@ DATA = "data wait"
 
 
 class _Ranges:
-    def __init__(self, nvtx: Any) -> None:
+    def __init__(self, nvtx: Any, enabled: Callable[[], bool]) -> None:
         self.nvtx = nvtx
+        self.enabled = enabled
         self.pid = os.getpid()
         self.step = 0
         self.open_step = False
-        self.in_optimizer = False
+        self.optimizers: list[int] = []  # ids of the optimizers inside their step, innermost last
+        self.primary: Any = None  # the first optimizer that steps ends the "gpudoctor step" ranges
 
     def begin_step(self) -> None:
         self.nvtx.range_push(STEP.format(self.step))
         self.open_step = True
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if os.getpid() == self.pid and not self.in_optimizer:
-            self.in_optimizer = True
+        if os.getpid() == self.pid and self.enabled():
+            self.optimizers.append(id(optimizer))
             self.nvtx.range_push(OPTIMIZER)
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if os.getpid() != self.pid or not self.in_optimizer:
-            return  # a second optimizer inside the first's range, or a loader worker
-        self.in_optimizer = False
-        self.nvtx.range_pop()  # optimizer.step
+        if os.getpid() != self.pid:
+            return
+        if self.optimizers and self.optimizers[-1] == id(optimizer):
+            self.optimizers.pop()
+            self.nvtx.range_pop()  # optimizer.step
+        if self.primary is None:
+            self.primary = weakref.ref(optimizer)
+        if self.primary() is not optimizer or self.optimizers:
+            return
         if self.open_step:
             self.nvtx.range_pop()
-        self.step += 1
-        self.begin_step()
+            self.open_step = False
+        if self.enabled():  # after gpudoctor.watch ended: every range is closed, none opened
+            self.step += 1
+            self.begin_step()
 
 
-def install(handles: list[Any], torch: Any = None) -> str:
+def install(handles: list[Any], torch: Any = None, enabled: Callable[[], bool] = lambda: True) -> str:
     """Install the ranges; the hook handles go into ``handles`` (to remove them later).
 
+    ``enabled``: while it says no, no range is opened (``gpudoctor.watch`` after its steps).
     Returns a note for the user when nothing was installed (no CUDA), else ``""``. The
     ``DataLoader`` wrapper is set on the class; :mod:`gpudoctor.collectors.inprocess` takes it
     out again with the other patches.
@@ -64,7 +76,7 @@ def install(handles: list[Any], torch: Any = None) -> str:
     import torch.optim.optimizer as optim_mod
     from torch.utils.data import dataloader as dl
 
-    ranges = _Ranges(torch.cuda.nvtx)
+    ranges = _Ranges(torch.cuda.nvtx, enabled)
     handles.append(optim_mod.register_optimizer_step_pre_hook(ranges.pre))
     handles.append(optim_mod.register_optimizer_step_post_hook(ranges.post))
     base = dl._BaseDataLoaderIter
