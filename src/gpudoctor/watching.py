@@ -41,13 +41,15 @@ class Watch:
 
     @property
     def run_dir(self) -> Path:
-        """The run directory (``gpudoctor diagnose``/``report`` read it)."""
-        return self.spec.run_dir
+        """The run directory (``gpudoctor diagnose``/``report`` read it); under ``gpudoctor run``,
+        that run's directory."""
+        return self._probes.run_dir
 
     @property
     def status(self) -> str:
         """``running``, ``stopped`` (``steps`` reached), ``completed`` (the block ended first),
-        ``no_steps`` or ``crashed`` (the block raised)."""
+        ``no_steps``, ``crashed`` (the block raised), or ``delegated`` (under ``gpudoctor run``,
+        which observes the process itself and reports at its end)."""
         return self._probes.status
 
     def __enter__(self) -> Watch:
@@ -55,6 +57,8 @@ class Watch:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self._probes.delegated:
+            return False
         if exc_type is not None:
             self._probes.end("crashed", f"{exc_type.__name__}: {exc}")
         else:
@@ -82,6 +86,8 @@ class Watch:
     @property
     def findings(self) -> list:
         """The findings (:class:`~gpudoctor.records.finding.Finding`), most important first."""
+        if self._probes.delegated:
+            return []  # gpudoctor run diagnoses the whole run when it ends
         if self._findings is None:
             from gpudoctor.analysis.diagnose import diagnose
 
@@ -104,6 +110,9 @@ class Watch:
 
     def report(self, *, top: int = 5, console: Any = None) -> None:
         """Show the diagnosis: the HTML report inside a notebook, rich text elsewhere."""
+        if self._probes.delegated:
+            print(f"gpudoctor run observes this process; its report: gpudoctor report {self.run_dir}")
+            return
         if console is None and _in_notebook():
             from IPython.display import HTML, display
 
@@ -128,6 +137,8 @@ class Watch:
         return write_report(self._load(), self.findings, path)
 
     def _repr_html_(self) -> str:
+        if self._probes.delegated:
+            return f"<p>gpudoctor run observes this process: <code>{html.escape(str(self.run_dir))}</code></p>"
         if not self._probes.ended:
             return f"<p>gpudoctor.watch: observing, writing to <code>{html.escape(str(self.run_dir))}</code></p>"
         # In an iframe: the report is a whole page with its own styles and scripts.

@@ -29,6 +29,7 @@ from typing import Any
 import gpudoctor
 from gpudoctor.collectors import outdir
 from gpudoctor.collectors.launch import default_window
+from gpudoctor.collectors.instrument import ENV_RUN_DIR
 from gpudoctor.collectors.watch import start_samplers, stop_samplers
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.records.base import write_json
@@ -63,32 +64,51 @@ def _namespace(spec: str) -> Any:
     return getattr(module, attr) if attr else module
 
 
+def wrappers_in_place(specs: tuple[str, ...] = PATCHED) -> list[str]:
+    """``Owner.attr`` of every attribute of :data:`PATCHED` that is one of gpudoctor's own
+    functions: the probes' wrappers while they are in, nothing once they are out."""
+    found = []
+    for ns in (_namespace(s) for s in specs):
+        for key, value in vars(ns).items():
+            if str(getattr(value, "__module__", "") or "").startswith("gpudoctor."):
+                found.append(f"{getattr(ns, '__name__', ns)}.{key}")
+    return sorted(found)
+
+
 class Snapshot:
-    """The attributes of :data:`PATCHED` before the probes went in; :meth:`restore` puts them back."""
+    """The attributes of :data:`PATCHED` before the probes went in.
+
+    :meth:`keep_changes`, called right after installing, notes what the probes set;
+    :meth:`restore` sets back only those attributes, and only where the probes' object is still
+    there: what the script adds meanwhile (``torch._dynamo`` appearing on ``torch`` at its first
+    ``torch.compile``, a patch of its own) is left alone.
+    """
 
     def __init__(self, specs: tuple[str, ...] = PATCHED) -> None:
         self._saved = [(ns, dict(vars(ns))) for ns in (_namespace(s) for s in specs)]
+        self._ours: list[tuple[Any, str, Any]] = []  # (namespace, attribute, the probes' object)
 
-    def changed(self) -> list[str]:
-        """``Owner.attr`` of every attribute that differs from the snapshot."""
-        out = []
+    def keep_changes(self) -> None:
+        self._ours = []
         for ns, before in self._saved:
-            now = vars(ns)
-            for key in set(now) | set(before):
-                if key not in before or key not in now or now[key] is not before[key]:
-                    out.append(f"{getattr(ns, '__name__', ns)}.{key}")
-        return sorted(out)
+            for key, value in vars(ns).items():
+                if key not in before or value is not before[key]:
+                    self._ours.append((ns, key, value))
 
     def restore(self) -> None:
-        for ns, before in self._saved:
-            now = dict(vars(ns))
-            for key, value in now.items():
-                if key not in before:
-                    delattr(ns, key)
-                elif value is not before[key]:
-                    setattr(ns, key, before[key])
-            for key in before.keys() - now.keys():
+        saved = {id(ns): before for ns, before in self._saved}
+        for ns, key, ours in reversed(self._ours):
+            if vars(ns).get(key, _ABSENT) is not ours:
+                continue  # replaced since by someone else: theirs stays
+            before = saved[id(ns)]
+            if key in before:
                 setattr(ns, key, before[key])
+            else:
+                delattr(ns, key)
+        self._ours = []
+
+
+_ABSENT = object()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -151,6 +171,7 @@ class InProcessProbes:
         self.error = ""
         self.active = False
         self.ended = False
+        self.delegated = False  # inside `gpudoctor run`: its probes observe, the watch adds nothing
         self._snapshot: Snapshot | None = None
         self._handles: list[Any] = []
         self._samplers: list[Any] = []
@@ -162,6 +183,12 @@ class InProcessProbes:
     def start(self) -> InProcessProbes:
         from gpudoctor.collectors.instrument.state import S
 
+        if S.installed and S.run_dir is not None and os.environ.get(ENV_RUN_DIR) and not _ACTIVE:
+            # Inside `gpudoctor run`: its probes already measure this process; add nothing.
+            self.delegated, self.run_dir, self.ended, self.status = True, S.run_dir, True, "delegated"
+            print(f"gpudoctor: gpudoctor.watch does nothing under gpudoctor run, which already "
+                  f"observes this process (run directory {S.run_dir})", file=sys.stderr)
+            return self
         if S.installed or _ACTIVE:
             raise GpuDoctorUserError(
                 "gpudoctor is already observing this process (gpudoctor run, or another "
@@ -186,7 +213,15 @@ class InProcessProbes:
                 profile_window=tuple(window or ()),
             )
             write_json(self.run_dir / MANIFEST, self._manifest, kind=KIND_MANIFEST)
-        self._install(window)
+        try:
+            self._install(window)
+        except Exception:
+            if self._snapshot is not None:
+                self._snapshot.restore()
+            S.installed = False
+            for handle in self._handles:
+                handle.remove()
+            raise
         _ACTIVE.append(self)
         self.active = True
         if self.spec.sample and os.environ.get("LOCAL_RANK", "0") == "0":
@@ -210,7 +245,7 @@ class InProcessProbes:
             S.info["trace_dir"] = str(self.spec.trace_dir)
         S.t_origin = S.t_last = time.perf_counter()
         self._snapshot = Snapshot()
-        try:
+        try:  # what went in before a failure is noted too, so that end() takes it out
             patches.install_all()
             if self.spec.nvtx:
                 from gpudoctor.collectors.instrument import nvtx
@@ -218,9 +253,8 @@ class InProcessProbes:
                 note = nvtx.install(self._handles, enabled=lambda: self.active)
                 if note:
                     self.notes.append(note)
-        except Exception:
-            self._snapshot.restore()
-            raise
+        finally:
+            self._snapshot.keep_changes()
         S.installed = True
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._post_hook))
         if window is not None:
@@ -250,7 +284,7 @@ class InProcessProbes:
 
     def end(self, status: str, error: str = "") -> None:
         """Write everything gathered, take the patches out, stop the samplers (idempotent)."""
-        if self.ended:
+        if self.ended:  # also: delegated to gpudoctor run
             return
         from gpudoctor.collectors.instrument import ending
         from gpudoctor.collectors.instrument.state import S
@@ -304,4 +338,4 @@ def _settled_rank() -> int:
     return S.rank
 
 
-__all__ = ["PATCHED", "InProcessProbes", "Snapshot", "WatchSpec", "default_watch_dir"]
+__all__ = ["PATCHED", "InProcessProbes", "Snapshot", "WatchSpec", "default_watch_dir", "wrappers_in_place"]

@@ -15,7 +15,7 @@ from cli_runner import gpudoctor
 from torch.utils.data import DataLoader, TensorDataset
 
 import gpudoctor as gd
-from gpudoctor.collectors.inprocess import Snapshot
+from gpudoctor.collectors.inprocess import wrappers_in_place
 from gpudoctor.collectors.instrument import nvtx
 from gpudoctor.core.scalars import COLUMNS, gpu_util_at
 from gpudoctor.records.gpu import GpuSample
@@ -127,7 +127,6 @@ def test_nvtx_ranges_wrap_steps_optimizer_steps_and_data_waits(tmp_path: Path, m
     fake = FakeNvtx()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "nvtx", fake)
-    before = Snapshot()
     with gd.watch(steps=2, run_dir=tmp_path / "run", profile=False, sample=False, nvtx=True, quiet=True):
         _loop(4)  # two steps observed, two more inside the block after the watch ended
     step = ["push data wait", "pop", "push optimizer.step", "pop", "pop"]
@@ -135,7 +134,7 @@ def test_nvtx_ranges_wrap_steps_optimizer_steps_and_data_waits(tmp_path: Path, m
     assert fake.calls == ["push gpudoctor step 0", *step, "push gpudoctor step 1", *step,
                           "push gpudoctor step 2", *after]
     assert fake.calls.count("pop") == sum(c.startswith("push") for c in fake.calls)  # balanced
-    assert before.changed() == []  # the DataLoader wrapper came out with the probes
+    assert wrappers_in_place() == []  # the DataLoader wrapper came out with the probes
     calls = len(fake.calls)
     _loop(2)  # after the watch: no range is pushed any more
     assert len(fake.calls) == calls
@@ -143,11 +142,10 @@ def test_nvtx_ranges_wrap_steps_optimizer_steps_and_data_waits(tmp_path: Path, m
 
 def test_nvtx_without_cuda_installs_nothing_and_says_so() -> None:
     handles: list = []
-    before = Snapshot()
     note = nvtx.install(handles) if not torch.cuda.is_available() else "skip"
     if note == "skip":
         pytest.skip("a CUDA device is present")
-    assert note == "--nvtx: no CUDA device, no NVTX ranges" and handles == [] and before.changed() == []
+    assert note == "--nvtx: no CUDA device, no NVTX ranges" and handles == [] and wrappers_in_place() == []
 
 
 def test_the_engine_observer_writes_scalars_per_step(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import gpudoctor
-from gpudoctor.collectors.inprocess import Snapshot
+from gpudoctor.collectors.inprocess import wrappers_in_place
 from gpudoctor.collectors.instrument.state import S
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.records.rundir import load_run
@@ -53,13 +53,12 @@ def _train(loader: DataLoader, max_steps: int) -> int:
 
 
 def test_watch_names_a_planted_slow_dataloader_and_leaves_a_run_dir_diagnose_reads(tmp_path: Path) -> None:
-    before = Snapshot()
     loader = DataLoader(SlowData(0.002), batch_size=16)
     with gpudoctor.watch(steps=20, run_dir=tmp_path / "run", quiet=True) as w:
         done = _train(loader, max_steps=30)
     assert done == 30  # the loop went on after the observed steps
     assert w.status == "stopped"
-    assert before.changed() == []  # every patched attribute is back
+    assert wrappers_in_place() == []  # every patched attribute is back
     assert not S.installed
     run = load_run(w.run_dir)
     assert [s.step for s in run.steps[0]] == list(range(20))
@@ -78,13 +77,12 @@ def test_watch_names_a_planted_slow_dataloader_and_leaves_a_run_dir_diagnose_rea
 
 
 def test_a_block_shorter_than_steps_completes_and_an_exception_passes_through(tmp_path: Path) -> None:
-    before = Snapshot()
     loader = DataLoader(SlowData(0.0), batch_size=8)
     with gpudoctor.watch(steps=50, run_dir=tmp_path / "short", profile=False, sample=False, quiet=True) as w:
         _train(loader, max_steps=7)
     assert w.status == "completed"
     assert load_run(w.run_dir).manifest.steps_recorded == (7,)
-    assert before.changed() == []
+    assert wrappers_in_place() == []
 
     with pytest.raises(ZeroDivisionError):
         with gpudoctor.watch(steps=50, run_dir=tmp_path / "boom", profile=False, sample=False, quiet=True) as w2:
@@ -93,7 +91,7 @@ def test_a_block_shorter_than_steps_completes_and_an_exception_passes_through(tm
     assert w2.status == "crashed"
     manifest = load_run(w2.run_dir).manifest
     assert manifest.status == "crashed" and "ZeroDivisionError" in manifest.error
-    assert before.changed() == []
+    assert wrappers_in_place() == []
 
 
 def test_watch_refuses_to_nest_and_to_overwrite_a_foreign_directory(tmp_path: Path) -> None:
@@ -127,12 +125,10 @@ def test_report_is_rich_text_in_a_terminal_and_html_in_a_notebook(tmp_path: Path
 
 
 def test_results_before_the_end_say_so(tmp_path: Path) -> None:
-    before = Snapshot()
     w = gpudoctor.watch(steps=3, run_dir=tmp_path / "early", profile=False, sample=False, quiet=True)
     with w:
-        patched = before.changed()  # the snapshot sees the wrappers go in (so "[]" above means "out")
-        assert {"torch._C.TensorBase.item", "torch.autograd.backward"} & set(patched) or any(
-            p.endswith("Tensor.item") for p in patched), patched
+        patched = wrappers_in_place()  # it sees the wrappers go in (so "[]" elsewhere means "out")
+        assert {"Tensor.item", "torch.autograd.backward", "torch.compile"} <= set(patched), patched
         assert any(p.endswith("_BaseDataLoaderIter.__next__") for p in patched), patched
         assert "observing" in w._repr_html_()
         with pytest.raises(RuntimeError, match="not ended"):
@@ -157,3 +153,41 @@ def test_the_notebook_example_runs_and_names_the_loader(tmp_path: Path) -> None:
     assert "trained 40 steps; observed stopped" in out.stdout
     assert "GD-RUN-DATALOADER" in out.stdout.splitlines()[1]  # the first finding printed
     assert (tmp_path / "nb" / "steps-rank0.jsonl").is_file()
+
+
+def test_what_the_script_adds_to_torch_meanwhile_stays(tmp_path: Path) -> None:
+    marker = object()
+    loader = DataLoader(SlowData(0.0), batch_size=8)
+    try:
+        with gpudoctor.watch(steps=3, run_dir=tmp_path / "w", profile=False, sample=False, quiet=True):
+            torch._gpudoctor_test_attr = marker  # like torch._dynamo appearing at a first torch.compile
+            _train(loader, max_steps=5)
+        assert torch._gpudoctor_test_attr is marker
+    finally:
+        del torch._gpudoctor_test_attr
+
+
+WATCHED_SCRIPT = """
+import torch, gpudoctor
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with gpudoctor.watch(steps=5) as w:
+    for _ in range(30):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+print("STATUS", w.status, w.findings)
+"""
+
+
+def test_under_gpudoctor_run_the_watch_leaves_the_observing_to_run(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "train.py").write_text(WATCHED_SCRIPT, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--full", "--no-profile", "--out", "r",
+                          "python", "train.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert "gpudoctor.watch does nothing under gpudoctor run" in out.stderr, out.stderr[-2000:]
+    assert "STATUS delegated []" in out.stderr + out.stdout
+    assert len(load_run(tmp_path / "r").steps[0]) == 30  # run observed every step itself
