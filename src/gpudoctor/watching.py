@@ -48,7 +48,7 @@ class Watch:
     @property
     def status(self) -> str:
         """``running``, ``stopped`` (``steps`` reached), ``completed`` (the block ended first),
-        ``no_steps``, ``crashed`` (the block raised), or ``delegated`` (under ``gpudoctor run``,
+        ``no_steps``, ``crashed`` (the block raised), ``interrupted`` (Ctrl-C), or ``delegated`` (under ``gpudoctor run``,
         which observes the process itself and reports at its end)."""
         return self._probes.status
 
@@ -59,7 +59,9 @@ class Watch:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         if self._probes.delegated:
             return False
-        if exc_type is not None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self._probes.end("interrupted")  # Ctrl-C, or a notebook's interrupt button
+        elif exc_type is not None:
             self._probes.end("crashed", f"{exc_type.__name__}: {exc}")
         else:
             self._probes.end("completed")

@@ -89,6 +89,11 @@ def test_a_block_shorter_than_steps_completes_and_an_exception_passes_through(tm
             _train(loader, max_steps=3)
             1 / 0  # noqa: B018 - the user's own error
     assert w2.status == "crashed"
+    with pytest.raises(KeyboardInterrupt):
+        with gpudoctor.watch(steps=50, run_dir=tmp_path / "ctrlc", profile=False, sample=False, quiet=True) as w3:
+            _train(loader, max_steps=2)
+            raise KeyboardInterrupt  # the notebook's interrupt button
+    assert w3.status == "interrupted" and load_run(w3.run_dir).manifest.status == "interrupted"
     manifest = load_run(w2.run_dir).manifest
     assert manifest.status == "crashed" and "ZeroDivisionError" in manifest.error
     assert wrappers_in_place() == []
