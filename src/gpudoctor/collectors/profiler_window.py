@@ -116,10 +116,8 @@ class Window:
             self.note = f"profiler failed to stop: {exc}"
             self.profiler = None
 
-    def summarize(self, *, trace_path: Path | None = None, trace_dir: Path | None = None) -> WindowSummary | None:
-        """Reduce the window's events; ``trace_path`` also writes the Chrome trace there;
-        ``trace_dir`` writes it gzipped in that folder the way ``tensorboard_trace_handler`` does
-        (:func:`export_trace_dir`)."""
+    def summarize(self, *, trace_path: Path | None = None) -> WindowSummary | None:
+        """Reduce the window's events; ``trace_path`` also writes the Chrome trace there."""
         if self.profiler is None:
             return WindowSummary(
                 rank=self.rank, first_step=self.first_step, last_step=self.last_step,
@@ -131,12 +129,6 @@ class Window:
                 self.profiler.export_chrome_trace(str(trace_path))
             except Exception as exc:  # noqa: BLE001
                 self.note = f"trace not written: {exc}"
-        if trace_dir is not None:
-            from gpudoctor.collectors.trace_export import export_trace_dir
-
-            written = export_trace_dir(self.profiler, trace_dir, self.rank)
-            if not isinstance(written, Path):
-                self.note = "; ".join(n for n in (self.note, written) if n)
         return reduce_events(
             events, rank=self.rank, first_step=self.first_step, last_step=self.last_step,
             wall_ms=self.wall_ms, note=self.note,

@@ -42,9 +42,13 @@ def write_window() -> None:
     if not window.stopped:
         window.stop(last_step=S.step - 1)
     trace = S.run_dir / f"trace-rank{S.rank}.json" if S.keep_trace else None
-    trace_dir = S.info.get("trace_dir")
-    summary = window.summarize(trace_path=trace, trace_dir=Path(trace_dir) if trace_dir else None)
+    summary = window.summarize(trace_path=trace)
     note = S.info.get("window_note")
+    if S.info.get("trace_dir") and window.profiler is not None:  # --trace-dir
+        from gpudoctor.collectors.trace_export import export_trace_dir
+
+        written = export_trace_dir(window.profiler, Path(S.info["trace_dir"]), S.rank)
+        note = "; ".join(n for n in (note, "" if isinstance(written, Path) else written) if n)
     if summary is not None and note:
         import dataclasses
 
