@@ -90,6 +90,54 @@ def _write_lock(directory: Path, frozen) -> None:
                            highlight=False, markup=False)
 
 
+_JUNIT_SUITE = "gpudoctor check"
+
+
+def _junit_target(path: Path) -> None:
+    """``--junit FILE`` may be new, or a report an earlier ``check --junit`` wrote; nothing else."""
+    if path.is_dir():
+        fail(f"--junit {path}: that is a directory; give a file name, e.g. {path / 'check.xml'}")
+    if path.exists():
+        try:
+            head = path.read_text(encoding="utf-8", errors="replace")[:300]
+        except OSError as exc:
+            fail(f"--junit {path}: cannot read it ({exc}); give a new file")
+        if f'<testsuites name="{_JUNIT_SUITE}"' not in head:
+            fail(f"--junit {path}: the file exists and is not a gpudoctor check report; give a new file "
+                 "(nothing was overwritten)")
+
+
+def junit_report(report, differences, fail_on: FailOn) -> str:
+    """``check`` as JUnit XML: a case per row (classname ``gpudoctor.check.<layer>``) and per
+    ``--against`` difference; a row at or above ``fail_on`` fails, a SKIP row is skipped."""
+    from gpudoctor.lint.formats import JUnitCase, junit_xml
+
+    def failures(verdict: str, message: str, text: str) -> tuple:
+        failed = exit_code([verdict], fail_on=fail_on) != 0
+        return ((message, verdict.upper(), text),) if failed else ()
+
+    cases = []
+    for row in report.results:
+        text = row.evidence + (f"\nfix: {row.fix}" if row.fix else "")
+        cases.append(JUnitCase(
+            f"gpudoctor.check.{row.layer.value}", row.name,
+            failures(row.verdict.value, f"{row.verdict.value.upper()}: {row.evidence}", text),
+            skipped=row.evidence if row.verdict.value == "skip" else None))
+    for d in differences or ():
+        cases.append(JUnitCase("gpudoctor.check.against", d.field, failures(
+            d.verdict.value, f"{d.field}: {d.here} here, {d.there} there", d.why)))
+    return junit_xml(_JUNIT_SUITE, cases, empty=JUnitCase("gpudoctor.check", "no checks"))
+
+
+def _write_junit(path: Path, report, differences, fail_on: FailOn) -> None:
+    from gpudoctor.records.atomic import write_text_atomic
+
+    try:
+        write_text_atomic(path, junit_report(report, differences, fail_on))
+    except OSError as exc:
+        fail(f"cannot write {path} ({exc}); choose a writable path")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def check(
@@ -118,6 +166,10 @@ def register(app: typer.Typer) -> None:
             None, "--from", metavar="FILE",
             help="With --lock: build it from an environment recorded with --out, without "
             "checking this machine."),
+        junit: Optional[Path] = typer.Option(
+            None, "--junit", metavar="FILE",
+            help="Also write JUnit XML for CI to FILE: a test case per row (and per --against "
+            "difference), failed at or above --fail-on, skipped for SKIP rows."),
     ) -> None:
         """Check the GPU stack layer by layer: which layer is broken, and how to fix it.
 
@@ -137,6 +189,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor check --json --fail-on error
           gpudoctor check --lock rebuild/   # requirements.lock + Dockerfile
           gpudoctor check --lock rebuild/ --from env.json
+          gpudoctor check --junit check.xml     # for the CI's test report
         """
         freeze = pick_out(freeze, freeze_old, "--freeze")
         if timeout <= 0:
@@ -153,6 +206,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         if lock is not None:
             _lock_targets(lock)  # refuse existing files before the probe
+        if junit is not None:
+            _junit_target(junit)  # refuse a file of someone else's before the probe
         frozen_there = _read_frozen(against) if against is not None else None  # fail before probing
         if facts_file is not None:
             facts = _read_facts(facts_file)
@@ -174,6 +229,8 @@ def register(app: typer.Typer) -> None:
         if lock is not None:
             _write_lock(lock, here)
         verdicts = [r.verdict.value for r in report.results] + [d.verdict.value for d in differences or ()]
+        if junit is not None:
+            _write_junit(junit, report, differences, fail_on)
         if json_output:
             emit_json({"schema_version": SCHEMA_VERSION, "kind": "gpudoctor.check",
                        "verdict": report.worst, "summary": report.summary,

@@ -127,6 +127,14 @@ def register(app: typer.Typer) -> None:
             None, "--window", help="Profile steps FIRST:LAST (default: the last 5 of --steps; 10:14 with --full)."
         ),
         keep_trace: bool = typer.Option(False, "--keep-trace", help="Also keep the window's Chrome trace."),
+        trace_dir: Path = typer.Option(
+            None, "--trace-dir", help="Also write the window's trace to DIR as TensorBoard's profiler "
+            "writes it (one *.pt.trace.json.gz per rank; TensorBoard, Perfetto, Holistic Trace Analysis)."),
+        nvtx: bool = typer.Option(False, "--nvtx", help="NVTX ranges around each step, optimizer step "
+                                  "and data wait, for Nsight Systems (CUDA only)."),
+        scalars: Path = typer.Option(
+            None, "--scalars", help="Write step time, throughput, loss, memory and GPU use per step to "
+            "DIR/scalars-rank{N}.csv (and TensorBoard event files when tensorboard is installed)."),
         first_step_timeout: float = typer.Option(
             120.0, "--first-step-timeout",
             help="Stop the script, with every rank's stacks, if no optimizer step happens by then (s).",
@@ -159,6 +167,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor run torchrun --standalone --nproc_per_node 2 train.py
           gpudoctor run --try num_workers=8,pin_memory -- python train.py
           gpudoctor run --price-per-gpu-hour 2.5 python train.py   # what it costs
+          gpudoctor run --trace-dir tb --scalars tb python train.py  # TensorBoard
         """
         from gpudoctor.cli import diagnose as diag
         from gpudoctor.cli.output import emit_json, exit_code, stdout_console
@@ -176,6 +185,10 @@ def register(app: typer.Typer) -> None:
             raise GpuDoctorUserError("--window and --no-profile contradict each other; give one of them")
         resolve_command(command)
         knobs = parse_knobs(try_knobs) if try_knobs is not None else ()
+        if knobs and (trace_dir is not None or scalars is not None):
+            raise GpuDoctorUserError("--trace-dir and --scalars record one run; run them without --try")
+        if scalars is not None:
+            _check_scalars_dir(scalars)
         if repeats < 2:
             raise GpuDoctorUserError(f"--repeats {repeats}: use at least 2 (one run of each has no spread)")
         base = out if out is not None else default_run_dir(command)
@@ -186,6 +199,8 @@ def register(app: typer.Typer) -> None:
             "first_step_timeout_s": first_step_timeout,
             "stall_timeout_s": stall_timeout,
             "keep_trace": keep_trace,
+            "trace_dir": trace_dir,
+            "nvtx": nvtx,
         }
         _spec(command, base, **options)  # bad options: refused before --force removes anything
         outdir.claim(base, force=force)
@@ -193,17 +208,52 @@ def register(app: typer.Typer) -> None:
         if not knobs:
             outcome, rundata, findings = _one(_spec(command, base, **options))
             explained = crash_explanation(rundata)
+            exported = _exports(rundata, trace_dir, scalars)
             if json_output:
                 extra = {"explain": explained} if rundata.manifest.status == "crashed" else {}
-                emit_json({**diag.payload(rundata, findings, price), **extra, "exit_code": outcome.exit_code})
+                emit_json({**diag.payload(rundata, findings, price), **extra, **exported,
+                           "exit_code": outcome.exit_code})
             else:
                 diag.render(rundata, findings, console, top=top, price=price)
                 render_crash_explanation(rundata, explained, console)
                 console.print(f"run directory: {outcome.run_dir}", highlight=False, markup=False)
+                for key, paths in exported.items():
+                    if key != "notes":
+                        console.print(f"{key}: {', '.join(paths) or 'none written'}", highlight=False, markup=False)
+                for note in exported.get("notes", []):
+                    console.print(f"note: {note}", highlight=False, markup=False)
             raise typer.Exit(exit_code(severities(findings), fail_on=fail_on, passthrough=outcome.exit_code))
 
         _try(command, base, knobs, options, steps_given=steps, full=full, max_runs=repeats,
              json_output=json_output, fail_on=fail_on, top=top, price=price)
+
+
+def _check_scalars_dir(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise GpuDoctorUserError(f"--scalars {folder}: that is a file; give a folder")
+    if folder.is_dir() and any(folder.glob("scalars-rank*.csv")):
+        raise GpuDoctorUserError(f"--scalars {folder}: it already holds step scalars; give a new folder "
+                                 "(gpudoctor does not overwrite them)")
+
+
+def _exports(run: Any, trace_dir: Path | None, scalars: Path | None) -> dict[str, list[str]]:
+    """``--trace-dir``/``--scalars``: the files written (``traces``, ``scalars``) and ``notes``."""
+    out: dict[str, list[str]] = {}
+    notes: list[str] = []
+    if trace_dir is not None:
+        from gpudoctor.collectors.trace_export import TRACE_SUFFIX
+
+        out["traces"] = sorted(str(p) for p in trace_dir.glob(f"*{TRACE_SUFFIX}")) if trace_dir.is_dir() else []
+        notes += [f"rank {r}: {w.note}" for r, w in sorted(run.windows.items()) if "trace" in w.note]
+    if scalars is not None and run.steps:
+        from gpudoctor.core.scalars import export_run
+
+        paths, note = export_run(run, scalars)
+        out["scalars"] = [str(p) for p in paths]
+        notes += [note] if note else []
+    if notes:
+        out["notes"] = notes
+    return out
 
 
 def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, steps_given: int | None,

@@ -72,6 +72,8 @@ class RunSpec:
             default placement (see :attr:`window`).
         memory_stages: memory mode (``gpudoctor memory run``): record the allocator at each
             stage of the first N optimizer steps and dump a snapshot on OOM; 0 (default) is off.
+        trace_dir: also write the window's trace there (:mod:`~gpudoctor.collectors.trace_export`).
+        nvtx: NVTX ranges around each step, optimizer step and data wait (Nsight Systems).
     """
 
     command: tuple[str, ...]
@@ -88,6 +90,8 @@ class RunSpec:
     sample_gpu: bool = True
     memory_stages: int = 0
     profile_window: tuple[int, int] | None = None
+    trace_dir: Path | None = None
+    nvtx: bool = False
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -100,6 +104,8 @@ class RunSpec:
             raise ValueError(f"--stall-timeout {self.stall_timeout_s}: must be > 0 seconds")
         if self.memory_stages < 0:
             raise ValueError(f"--stages {self.memory_stages}: must be at least 1 (0 turns memory mode off)")
+        if self.trace_dir is not None and not self.profile:
+            raise ValueError("--trace-dir needs the profiler window; drop --no-profile")
         if not self.grace_s >= 0:
             raise ValueError("grace_s must be >= 0")
         if self.profile_window is not None:
@@ -127,18 +133,22 @@ class RunSpec:
         """
         if not self.profile:
             return None
-        if self.profile_window is not None:
-            return self.profile_window
-        if self.steps is None:
-            return FULL_WINDOW
-        last = self.steps - 1
-        first = last - WINDOW_STEPS + 1
-        if first >= MIN_WARMUP:
-            return first, last
-        # a short run: fit the window after a quarter of it
-        first = max(1, self.steps // 4)
-        last = min(first + WINDOW_STEPS - 1, self.steps - 1)
-        return (first, last) if last >= first else None
+        return self.profile_window if self.profile_window is not None else default_window(self.steps)
+
+
+def default_window(steps: int | None) -> tuple[int, int] | None:
+    """The default (first, last) window step for ``steps`` steps (``None``: to the end), for
+    ``run`` and ``gpudoctor.watch``; :attr:`RunSpec.window` explains the placement."""
+    if steps is None:
+        return FULL_WINDOW
+    last = steps - 1
+    first = last - WINDOW_STEPS + 1
+    if first >= MIN_WARMUP:
+        return first, last
+    # a short run: fit the window after a quarter of it
+    first = max(1, steps // 4)
+    last = min(first + WINDOW_STEPS - 1, steps - 1)
+    return (first, last) if last >= first else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -203,6 +213,8 @@ def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> d
     env[instrument.ENV_KEEP_TRACE] = "1" if spec.keep_trace else ""
     env["PYTHONUNBUFFERED"] = "1"  # live output through the pipe
     env[instrument.ENV_MEMORY_STAGES] = str(spec.memory_stages) if spec.memory_stages else ""
+    env[instrument.ENV_TRACE_DIR] = str(spec.trace_dir.resolve()) if spec.trace_dir is not None else ""
+    env[instrument.ENV_NVTX] = "1" if spec.nvtx else ""
     env.pop(instrument.ENV_KNOBS, None)
     if spec.knobs:
         env.update(child_env(spec.knobs, env))

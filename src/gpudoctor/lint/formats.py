@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from gpudoctor import __version__
 from gpudoctor.lint.registry import RULES_BY_CODE
@@ -101,26 +102,49 @@ def to_github(report: LintReport) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def to_junit(report: LintReport) -> str:
-    """JUnit XML: one test case per file with violations, one ``<failure>`` per violation."""
+class JUnitCase(NamedTuple):
+    """One ``<testcase>``: its failures as (message, type, text), or a skip reason."""
+
+    classname: str
+    name: str
+    failures: tuple[tuple[str, str, str], ...] = ()
+    skipped: str | None = None
+
+
+def junit_xml(suite: str, cases: list[JUnitCase], *, empty: JUnitCase | None = None) -> str:
+    """A JUnit XML document of one test suite (what CI systems read: GitLab, Jenkins, Azure,
+    GitHub test reporters). ``failures`` counts the ``<failure>`` elements; ``empty`` stands in
+    for no case at all (a suite with zero tests is shown as an error by some readers)."""
     from xml.sax.saxutils import escape, quoteattr
 
+    shown = cases or ([empty] if empty is not None else [])
+    total = sum(len(c.failures) for c in shown)
+    skipped = sum(c.skipped is not None for c in shown)
+    lines = []
+    for case in shown:
+        head = f"    <testcase classname={quoteattr(case.classname)} name={quoteattr(case.name)}"
+        inner = "".join(f"\n      <failure message={quoteattr(message)} type={quoteattr(kind)}>{escape(text)}</failure>"
+                        for message, kind, text in case.failures)
+        if case.skipped is not None:
+            inner += f"\n      <skipped message={quoteattr(case.skipped)}/>"
+        lines.append(f"{head}>{inner}\n    </testcase>" if inner else f"{head}/>")
+    skips = f' skipped="{skipped}"' if skipped else ""
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<testsuites name={quoteattr(suite)} tests="{len(shown)}" failures="{total}">\n'
+            f'  <testsuite name={quoteattr(suite)} tests="{len(shown)}" failures="{total}" errors="0"{skips}>\n'
+            + "".join(line + "\n" for line in lines)
+            + "  </testsuite>\n</testsuites>\n")
+
+
+def to_junit(report: LintReport) -> str:
+    """JUnit XML: one test case per file with violations, one ``<failure>`` per violation."""
     by_file: dict[str, list] = {}
     for v in report.violations:
         by_file.setdefault(v.path, []).append(v)
-    cases = []
-    for path, found in by_file.items():
-        failures = "".join(
-            f"\n      <failure message={quoteattr(f'{v.code} {v.message}')} type={quoteattr(v.code)}>"
-            f"{escape(f'{v.path}:{v.line}:{v.col} {v.code} {v.message}')}</failure>" for v in found)
-        cases.append(f"    <testcase classname=\"gpudoctor.lint\" name={quoteattr(path)}>{failures}\n    </testcase>")
-    total = len(report.violations)
-    body = "\n".join(cases)
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuites name="gpudoctor lint" tests="{max(len(by_file), 1)}" failures="{total}">\n'
-            f'  <testsuite name="gpudoctor lint" tests="{max(len(by_file), 1)}" failures="{total}" errors="0">\n'
-            + (body + "\n" if body else '    <testcase classname="gpudoctor.lint" name="all files"/>\n')
-            + "  </testsuite>\n</testsuites>\n")
+    cases = [JUnitCase("gpudoctor.lint", path, tuple(
+        (f"{v.code} {v.message}", v.code, f"{v.path}:{v.line}:{v.col} {v.code} {v.message}") for v in found))
+        for path, found in by_file.items()]
+    return junit_xml("gpudoctor lint", cases, empty=JUnitCase("gpudoctor.lint", "all files"))
 
 
 def render(report: LintReport, fmt: str) -> str:

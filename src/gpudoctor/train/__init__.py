@@ -24,6 +24,7 @@ from gpudoctor.train.loop import NonFiniteLossError, Trainer
 from gpudoctor.train.metrics import FitResult
 from gpudoctor.train.precision import Precision
 from gpudoctor.train.prefetch import CudaPrefetcher
+from gpudoctor.train.scalars import ScalarsObserver
 
 __all__ = [
     "NO_AUGMENT",
@@ -43,6 +44,7 @@ __all__ = [
     "PrecisionConfig",
     "ResumableSampler",
     "RobustConfig",
+    "ScalarsObserver",
     "TrainConfig",
     "Trainer",
     "fast_loader",

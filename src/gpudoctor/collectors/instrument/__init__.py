@@ -13,6 +13,9 @@ Environment contract (set by the launcher, read by the probes):
 * ``GPUDOCTOR_STEPS`` — stop after this many optimizer steps (empty: run to the end).
 * ``GPUDOCTOR_PROFILE`` — ``"first:last"`` optimizer steps of the profiler window, or empty.
 * ``GPUDOCTOR_KEEP_TRACE`` — ``"1"`` writes the window's Chrome trace into the run directory.
+* ``GPUDOCTOR_TRACE_DIR`` — also write the window's trace there, in the layout of
+  ``torch.profiler.tensorboard_trace_handler`` (``--trace-dir``).
+* ``GPUDOCTOR_NVTX`` — ``"1"``: NVTX ranges around each step, optimizer step and data wait (``--nvtx``).
 * ``GPUDOCTOR_KNOBS`` — the ``--try`` knobs, see :mod:`gpudoctor.collectors.knobs`.
 * ``GPUDOCTOR_MEMORY_STAGES`` — memory mode (``gpudoctor memory run``): probe the allocator at
   each stage of the first N optimizer steps (empty or ``0``: off, the default).
@@ -36,6 +39,8 @@ ENV_STEPS = "GPUDOCTOR_STEPS"
 ENV_PROFILE = "GPUDOCTOR_PROFILE"
 ENV_KEEP_TRACE = "GPUDOCTOR_KEEP_TRACE"
 ENV_KNOBS = "GPUDOCTOR_KNOBS"
+ENV_TRACE_DIR = "GPUDOCTOR_TRACE_DIR"
+ENV_NVTX = "GPUDOCTOR_NVTX"
 ENV_PKG_ROOT = "GPUDOCTOR_PKG_ROOT"
 ENV_MEMORY_STAGES = "GPUDOCTOR_MEMORY_STAGES"
 ENV_OWNER_PID = "GPUDOCTOR_OWNER_PID"

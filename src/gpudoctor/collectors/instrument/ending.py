@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpudoctor.collectors.instrument.probes import _apply, _set
@@ -43,6 +44,11 @@ def write_window() -> None:
     trace = S.run_dir / f"trace-rank{S.rank}.json" if S.keep_trace else None
     summary = window.summarize(trace_path=trace)
     note = S.info.get("window_note")
+    if S.info.get("trace_dir") and window.profiler is not None:  # --trace-dir
+        from gpudoctor.collectors.trace_export import export_trace_dir
+
+        written = export_trace_dir(window.profiler, Path(S.info["trace_dir"]), S.rank)
+        note = "; ".join(n for n in (note, "" if isinstance(written, Path) else written) if n)
     if summary is not None and note:
         import dataclasses
 

@@ -40,7 +40,9 @@ from gpudoctor.collectors.instrument import (
     ENV_OWNER_PID,
     ENV_PROFILE,
     ENV_RUN_DIR,
+    ENV_NVTX,
     ENV_STEPS,
+    ENV_TRACE_DIR,
 )
 from gpudoctor.collectors.instrument.state import S, is_owner
 from gpudoctor.collectors.instrument.stepfile import flush_ready
@@ -71,6 +73,8 @@ def install() -> None:
         first, last = (int(x) for x in window.split(":"))
         S.window = (first, last)
     S.keep_trace = os.environ.get(ENV_KEEP_TRACE) == "1"
+    if os.environ.get(ENV_TRACE_DIR):
+        S.info["trace_dir"] = os.environ[ENV_TRACE_DIR]
     S.t_origin = S.t_last = time.perf_counter()
 
     from gpudoctor.collectors import knobs
@@ -81,6 +85,12 @@ def install() -> None:
     from gpudoctor.collectors.instrument import spawn
 
     spawn.install()
+    if os.environ.get(ENV_NVTX) == "1":
+        from gpudoctor.collectors.instrument import nvtx
+
+        note = nvtx.install([])
+        if note:
+            print(f"gpudoctor: {note}", file=sys.stderr)
 
     import torch.optim.optimizer as optim_mod
 
