@@ -27,18 +27,22 @@ RING = 256  # samples kept per GPU for the view; the log holds the whole stream
 _pause = time.sleep  # the main loop's wait; tests replace it to simulate Ctrl-C
 
 
-def parse_gpus(text: str | None) -> list[int] | None:
-    """``"0,1"`` -> ``[0, 1]``; ``None``/empty -> ``None`` (every GPU). Bad text -> usage error."""
+def parse_gpus(text: str | None) -> list[int | str] | None:
+    """``"0,1"`` -> ``[0, 1]``; UUIDs and PCI bus ids stay text (the sampler resolves them, as
+    ``nvidia-smi -i`` does); ``None``/empty -> ``None`` (every GPU). Bad text -> usage error."""
     if text is None or not text.strip():
         return None
-    out: list[int] = []
+    out: list[int | str] = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
-            fail(f"--gpus takes GPU indices separated by commas, like 0,1 (got {text!r})")
-        if int(part) in out:
-            fail(f"--gpus lists GPU {part} twice; list each index once")
-        out.append(int(part))
+        named = part.upper().startswith(("GPU-", "MIG-")) or ":" in part
+        if not (part.isdigit() or named):
+            fail("--gpus takes GPU indices, UUIDs (GPU-…) or PCI bus ids (00000000:07:00.0) "
+                 f"separated by commas, like 0,1 (got {text!r})")
+        value: int | str = int(part) if part.isdigit() else part
+        if value in out:
+            fail(f"--gpus lists GPU {part} twice; list each GPU once")
+        out.append(value)
     return out
 
 

@@ -106,8 +106,11 @@ def test_once_json_without_a_gpu(runner, without_driver):
     [
         (["--interval", "0.05"], "--interval must be at least 0.1 s"),
         (["--duration", "0"], "--duration must be a positive number"),
-        (["--gpus", "0,x"], "--gpus takes GPU indices separated by commas"),
+        (["--gpus", "0,x"], "--gpus takes GPU indices, UUIDs (GPU-…) or PCI bus ids"),
         (["--gpus", "1,1"], "lists GPU 1 twice"),
+        (["--gpus", "GPU-0000"], "'GPU-0000' matches no GPU"),
+        (["--gpus", "GPU-"], "matches several GPUs"),
+        (["--gpus", "18:00.0,0"], "GPU 0 is selected twice"),
         (["--gpus", "0,5"], "GPU index 5 does not exist"),
         (["--pid", "999999999"], "no such process"),
         (["--log", "samples.txt"], "name it *.csv"),
