@@ -104,17 +104,27 @@ def nvlink_bytes(dev: Any) -> tuple[int | None, int | None]:
         got = dev.read("nvlink", _field_values, nv, h, [(FI_NVLINK_LINK_COUNT, 0)])
         if got is None:
             return None, None
-        dev.nvlinks = int(got[0] or 0)
+        if got[0] is None:
+            _give_up(dev, "the driver does not give the NVLink count")
+            return None, None
+        dev.nvlinks = got[0]
         if not dev.nvlinks:
-            dev.unavailable = {**(dev.unavailable or {}), "nvlink": "no NVLink on this GPU"}
+            _give_up(dev, "no NVLink on this GPU")
     if not dev.nvlinks:
         return None, None
     fields = [(f, link) for link in range(dev.nvlinks)
               for f in (FI_NVLINK_DATA_RX_KIB, FI_NVLINK_DATA_TX_KIB)]
     got = dev.read("nvlink", _field_values, nv, h, fields)
-    if got is None or any(v is None for v in got):
+    if got is None:
+        return None, None
+    if any(v is None for v in got):
+        _give_up(dev, "the driver does not give NVLink data counters")
         return None, None
     return sum(got[0::2]) * 1024, sum(got[1::2]) * 1024
+
+
+def _give_up(dev: Any, reason: str) -> None:
+    dev.unavailable = {**(dev.unavailable or {}), "nvlink": reason}
 
 
 def mig_devices(dev: Any) -> tuple[MigDevice, ...]:

@@ -172,3 +172,20 @@ def test_a_log_written_before_the_parity_columns_still_reads(tmp_path, fake_nvml
         log.write_gpu(sample)
     assert len({len(row) for row in csv.reader(path.open())}) == 1
     assert len(read_gpu_log(path)) == 2
+
+
+def test_nvlink_counters_the_driver_refuses_are_n_a_with_the_reason(fake_nvml, fake_clock):
+    real = fake_nvml.nvmlDeviceGetFieldValues
+
+    def refusing(d, fields):  # the link count comes back, the data counters do not
+        values = real(d, fields)
+        for v in values:
+            if v.value.ullVal != d.nvlinks:
+                v.nvmlReturn = 3  # NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    fake_nvml.nvmlDeviceGetFieldValues = refusing
+    s = GpuSampler(nvml=fake_nvml, clock=fake_clock)
+    h200 = s.sample_once()[0]
+    assert h200.nvlink_rx_bytes is None
+    assert h200.unavailable["nvlink"] == "the driver does not give NVLink data counters"
