@@ -66,11 +66,12 @@ def _rate(v: float | None) -> str:
     return f"{v / 1e3:.0f}K"
 
 
-def _gpu_table(latest: Sequence[GpuSample], history: Mapping[int, Sequence[GpuSample]]) -> Table:
+def _gpu_table(latest: Sequence[GpuSample], history: Mapping[int, Sequence[GpuSample]], *,
+               bars: int = BAR_WIDTH, spark: bool = True) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
     heads = [("GPU", "left"), ("util", "left"), ("memory GiB", "left"), ("power W", "right"),
              ("temp", "right"), ("fan", "right"), ("P", "right"), ("SM MHz", "right"),
-             ("PCIe rx/tx", "right"), ("history", "left")]
+             ("PCIe rx/tx", "right")] + ([("history", "left")] if spark else [])
     for head, justify in heads:
         table.add_column(head, justify=justify, no_wrap=True, overflow="ellipsis")
     for s in latest:
@@ -82,19 +83,39 @@ def _gpu_table(latest: Sequence[GpuSample], history: Mapping[int, Sequence[GpuSa
         if s.power_limit_w is not None:
             power += f"/{s.power_limit_w:.0f}"
         hist = [h.util_gpu_pct for h in history.get(s.index, ())][-HISTORY:]
-        table.add_row(
+        cells = [
             f"{s.index} {s.name.removeprefix('NVIDIA ')}",
-            f"{bar(util)} {_pct(s.util_gpu_pct):>4}",
-            f"{bar(mem_frac)} {gib_number(s.mem_used_bytes)}/{gib_number(s.mem_total_bytes, 0)}",
+            f"{bar(util, bars)} {_pct(s.util_gpu_pct):>4}",
+            f"{bar(mem_frac, bars)} {gib_number(s.mem_used_bytes)}/"
+            f"{gib_number(s.mem_total_bytes, 0)}",
             power,
             MISSING if s.temperature_c is None else f"{s.temperature_c:.0f}°C",
             _pct(s.fan_speed_pct),
             MISSING if s.pstate is None else f"P{s.pstate}",
             MISSING if s.sm_clock_mhz is None else str(s.sm_clock_mhz),
             f"{_rate(s.pcie_rx_bytes_per_s)}/{_rate(s.pcie_tx_bytes_per_s)}",
-            sparkline(hist),
-        )
+        ]
+        table.add_row(*cells, *([sparkline(hist)] if spark else []))
     return table
+
+
+class _FittedGpuTable:
+    """The GPU table at the terminal's width: the bars shrink, then the history sparkline goes,
+    so an 80-column terminal still shows every number whole."""
+
+    def __init__(self, latest: Sequence[GpuSample], history: Mapping[int, Sequence[GpuSample]]):
+        self.latest, self.history = latest, history
+
+    def __rich_console__(self, console, options):
+        from rich.measure import Measurement
+
+        wide = options.update(width=10_000)  # measure each layout's natural width
+        for bars, spark in ((BAR_WIDTH, True), (6, True), (BAR_WIDTH, False), (4, False),
+                            (2, False)):
+            table = _gpu_table(self.latest, self.history, bars=bars, spark=spark)
+            if Measurement.get(console, wide, table).maximum <= options.max_width:
+                break
+        yield table
 
 
 def _process_table(latest: Sequence[GpuSample], job_pids: frozenset[int]) -> Table | None:
@@ -220,7 +241,7 @@ def render_monitor(
     """
     parts: list = []
     if latest:
-        parts.append(_gpu_table(latest, history or {}))
+        parts.append(_FittedGpuTable(latest, history or {}))
         procs = _process_table(latest, job_pids or frozenset())
         parts.append(Text(""))
         if procs is not None:
