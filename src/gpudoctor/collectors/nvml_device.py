@@ -52,7 +52,7 @@ class Device:
         "nv", "index", "handle", "name", "unavailable", "transient", "ecc_on", "last_procs",
         "reasons", "commands", "procs_every", "pcie_every", "slow_every", "pcie", "power_limit",
         "ecc_count", "uuid", "pci_bus_id", "extras_every", "fan", "codec", "nvlink", "nvlinks",
-        "mig", "util_seen_us", "pstate",
+        "mig", "util_seen_us", "pstate", "host_procs",
     )
 
     def __init__(
@@ -86,6 +86,7 @@ class Device:
         self.nvlinks: int | None = None  # NVLink count, read once
         self.mig: tuple[MigDevice, ...] = ()
         self.util_seen_us = 0  # newest per-process utilisation sample seen (NVML's timestamp)
+        self.host_procs: dict[int, Any] = {}  # pid -> psutil.Process (None: not visible here)
 
     def read(self, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Call ``fn(*args)``; on an NVML error return None and keep the reason for ``metric``."""
@@ -234,10 +235,12 @@ class Device:
             command = old_commands.get(pid)
             commands[pid] = command_for_pid(pid) if command is None else command
         self.commands = commands  # pids gone from the GPU are forgotten (pids get reused)
+        self.host_procs = {pid: h for pid, h in self.host_procs.items() if pid in used_by}
         sm = extras.process_sm_util(self) if used_by else {}
         result = tuple(
             GpuProcess(pid=pid, used_memory_bytes=used_by[pid], command=commands[pid],
-                       sm_util_pct=sm.get(pid), host_rss_bytes=extras.host_rss(pid))
+                       sm_util_pct=sm.get(pid),
+                       host_rss_bytes=extras.host_rss(pid, self.host_procs))
             for pid in sorted(used_by)
         )
         if result == self.last_procs:  # share the tuple between samples: the ring stays small

@@ -193,13 +193,27 @@ def _raise(exc: BaseException) -> None:
     raise exc
 
 
-def host_rss(pid: int) -> int | None:
-    """Resident host memory of a process; ``None`` when it is gone or not visible from here."""
+def host_rss(pid: int, handles: dict[int, Any]) -> int | None:
+    """Resident host memory of a process; ``None`` when it is gone or not visible from here.
+
+    ``handles``: pid -> ``psutil.Process`` (or ``None`` for a pid not visible from here, e.g.
+    a host pid seen from a container), kept by the caller while the pid stays on the GPU, so a
+    process is looked up once and a pid that cannot be read is not asked about every second.
+    """
     import psutil
 
+    if pid not in handles:
+        try:
+            handles[pid] = psutil.Process(pid)
+        except (psutil.Error, OSError):
+            handles[pid] = None
+    proc = handles[pid]
+    if proc is None:
+        return None
     try:
-        return int(psutil.Process(pid).memory_info().rss)
+        return int(proc.memory_info().rss)
     except (psutil.Error, OSError):
+        handles[pid] = None
         return None
 
 
