@@ -128,7 +128,9 @@ class GpuSoak:
     Attributes:
         stats: :class:`MetricStats` of the metrics the GPU gave, in ``STAT_METRICS`` order.
         throttle_s: reason -> seconds the clocks were held back by it (``gpu_idle`` left out),
-            most first. ``covered_s``: seconds the samples stand for.
+            most first. ``covered_s``: seconds the samples stand for; ``gap_s``: seconds of the
+            span the samples do not cover (pauses in the log longer than ``GAP_FACTOR``
+            intervals, e.g. two runs appended to one log).
         memory: the memory trend, ``None`` under 3 readings.
         ecc_errors: the largest volatile uncorrected ECC count seen (``None``: not given).
         problems: codes of what failed, in order: ``"fluctuation"``, ``"throttle"``,
@@ -142,6 +144,7 @@ class GpuSoak:
     start_s: float
     end_s: float
     covered_s: float
+    gap_s: float
     stats: tuple[MetricStats, ...]
     throttle_s: tuple[tuple[str, float], ...]
     memory: MemoryTrend | None
@@ -244,7 +247,8 @@ def summarize_gpu(samples: Sequence[GpuSample]) -> GpuSoak:
     covered = sum(weights)
     soak = GpuSoak(
         index=group[0].index, name=group[0].name, samples=len(group), start_s=times[0],
-        end_s=times[-1], covered_s=covered, stats=tuple(stats),
+        end_s=times[-1], covered_s=covered,
+        gap_s=max(0.0, times[-1] - times[0] - sum(weights[:-1])), stats=tuple(stats),
         throttle_s=tuple(sorted(throttle.items(), key=lambda kv: (-kv[1], kv[0]))),
         memory=mem, ecc_errors=max(eccs) if eccs else None, problems=(), verdict="",
     )

@@ -59,8 +59,14 @@ def _trend(t: MemoryTrend | None) -> str:
     if t is None:
         return MISSING
     rate = t.bytes_per_min / MIB
-    shape = "rising, leak-like" if t.leak_like else ("flat" if abs(t.growth_bytes) < SOAK_LIMITS[
-        "leak_min_growth_bytes"].value else "changing, not a steady climb")
+    if t.leak_like:
+        shape = "rising, leak-like"
+    elif abs(t.growth_bytes) < SOAK_LIMITS["leak_min_growth_bytes"].value:
+        shape = "flat"
+    elif t.span_s < SOAK_LIMITS["leak_min_span_s"].value:
+        shape = f"too short to judge (a trend needs {duration(SOAK_LIMITS['leak_min_span_s'].value)})"
+    else:
+        shape = "changing, not a steady climb"
     return (f"{human_bytes(t.first_bytes)} -> {human_bytes(t.last_bytes)} over "
             f"{duration(t.span_s)}, {rate:+.1f} MiB/min (fit r² {t.fit.r2:.2f}): {shape}")
 
@@ -144,6 +150,10 @@ def render_soak(summary: SoakSummary) -> Group:
              f"{max(g.samples for g in summary.gpus)} samples a GPU"),
         _stats_table(summary.gpus),
     ]
+    gap = max(g.gap_s for g in summary.gpus)
+    if gap > 0:
+        parts.insert(1, Text(f"(the log pauses for {duration(gap)} in all: runs appended to one "
+                             "log? those pauses count for no throttling)", style="dim"))
     for g in summary.gpus:
         parts.append(Text(f"GPU {g.index} throttled: {_throttle(g)}"))
         parts.append(Text(f"GPU {g.index} memory used: {_trend(g.memory)}"))

@@ -66,7 +66,7 @@ def test_steady_gpu_is_stable_with_exact_figures(soak):
     assert util.fluctuation_pct == pytest.approx(100 * math.sqrt(2) / 96)
     assert (util.low, util.high) == (94.0, 98.0)
     assert g.throttle_s == ()  # gpu_idle is not throttling
-    assert g.covered_s == N * STEP
+    assert g.covered_s == N * STEP and g.gap_s == 0
     assert g.memory.fit.slope == 0 and not g.memory.leak_like
     assert g.problems == () and g.verdict == "stable"
     assert verdict_lines(g) == [
@@ -92,6 +92,8 @@ def test_a_gap_in_the_log_is_not_counted_as_throttled():
     g = summarize_soak(samples + later).gpus[0]
     # 20 samples 20 s apart and one 3420 s gap, capped at 3 x 20 s
     assert g.throttle_s == (("sw_power_cap", 18 * 20 + 60 + 20),)
+    assert g.gap_s == pytest.approx(3420 - 60)
+    assert "(the log pauses for 56.0 min in all" in _text(render_soak(summarize_soak(samples + later)), 120)
 
 
 def test_allocator_warm_up_then_flat_is_not_a_leak():
