@@ -83,14 +83,22 @@ def codec_util(dev: Any) -> tuple[float | None, float | None]:
     return (None if enc is None else float(enc[0]), None if dec is None else float(dec[0]))
 
 
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds the value
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                 6: "usVal"}
+
+
 def _field_values(nv: Any, h: Any, fields: list[tuple[int, int]]) -> list[int | None]:
+    """Integer values of NVML fields ((field id, scope id) pairs); ``None`` for a field the
+    driver answered with an error."""
     values = nv.nvmlDeviceGetFieldValues(h, fields)  # AttributeError when absent: n/a
     out: list[int | None] = []
     for v in values:
         if int(getattr(v, "nvmlReturn", NVML_SUCCESS)) != NVML_SUCCESS:
             out.append(None)
         else:
-            out.append(int(v.value.ullVal))
+            member = _VALUE_MEMBER.get(int(getattr(v, "valueType", 3)), "ullVal")
+            out.append(int(getattr(v.value, member)))
     return out
 
 

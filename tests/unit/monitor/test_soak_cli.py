@@ -144,3 +144,14 @@ def test_rising_memory_over_minutes_gets_the_leak_hint():
     console = Console(file=io.StringIO(), width=100, color_system=None)
     console.print(render_monitor([s], memory_trails={0: flat}))
     assert "hint" not in console.file.getvalue()
+
+
+def test_live_summary_says_when_old_samples_were_dropped(runner, with_fake, monkeypatch):
+    import gpudoctor.cli.monitor as monitor_mod
+
+    monkeypatch.setattr(monitor_mod, "SUMMARY_RING", 4)
+    result = runner.invoke(app, ["monitor", "--summary", "--interval", "0.1", "--duration", "1"])
+    assert result.exit_code == 0, result.output
+    assert "4 samples a GPU" in result.stdout
+    assert "the summary covers the last 4 samples of each GPU; use --log" in \
+        " ".join(result.stderr.split())
