@@ -52,7 +52,7 @@ class Device:
         "nv", "index", "handle", "name", "unavailable", "transient", "ecc_on", "last_procs",
         "reasons", "commands", "procs_every", "pcie_every", "slow_every", "pcie", "power_limit",
         "ecc_count", "uuid", "pci_bus_id", "extras_every", "fan", "codec", "nvlink", "nvlinks",
-        "mig", "util_seen_us", "pstate", "host_procs",
+        "mig", "util_seen_us", "pstate", "host_procs", "nvlink_sum",
     )
 
     def __init__(
@@ -84,6 +84,7 @@ class Device:
         self.codec: tuple[float | None, float | None] = (None, None)
         self.nvlink: tuple[int | None, int | None] = (None, None)
         self.nvlinks: int | None = None  # NVLink count, read once
+        self.nvlink_sum: bool | None = None  # the driver sums the links itself (None: not asked)
         self.mig: tuple[MigDevice, ...] = ()
         self.util_seen_us = 0  # newest per-process utilisation sample seen (NVML's timestamp)
         self.host_procs: dict[int, Any] = {}  # pid -> psutil.Process (None: not visible here)

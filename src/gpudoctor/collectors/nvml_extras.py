@@ -24,6 +24,7 @@ from gpudoctor.records.gpu import MigDevice
 FI_NVLINK_LINK_COUNT = 91
 FI_NVLINK_DATA_TX_KIB = 138
 FI_NVLINK_DATA_RX_KIB = 139
+ALL_LINKS = 0xFFFFFFFF  # scopeId for the sum over every link (nvml.h: "a scopeId of UINT_MAX")
 NVML_SUCCESS = 0
 _NOT_FOUND = "NVMLError_NotFound"
 
@@ -105,7 +106,9 @@ def _field_values(nv: Any, h: Any, fields: list[tuple[int, int]]) -> list[int | 
 def nvlink_bytes(dev: Any) -> tuple[int | None, int | None]:
     """(rx, tx) data bytes over every NVLink of the GPU since the driver loaded.
 
-    The link count is read once; a GPU with no NVLink (a PCIe card) is n/a ("no NVLink").
+    The link count is read once; a GPU with no NVLink (a PCIe card) is n/a ("no NVLink"). The
+    counters are asked for summed over every link (scope ``UINT_MAX``); a driver that refuses the
+    sum is asked link by link from then on.
     """
     nv, h = dev.nv, dev.handle
     if dev.nvlinks is None:
@@ -120,14 +123,18 @@ def nvlink_bytes(dev: Any) -> tuple[int | None, int | None]:
             _give_up(dev, "no NVLink on this GPU")
     if not dev.nvlinks:
         return None, None
-    fields = [(f, link) for link in range(dev.nvlinks)
-              for f in (FI_NVLINK_DATA_RX_KIB, FI_NVLINK_DATA_TX_KIB)]
+    links = [ALL_LINKS] if dev.nvlink_sum is not False else list(range(dev.nvlinks))
+    fields = [(f, link) for link in links for f in (FI_NVLINK_DATA_RX_KIB, FI_NVLINK_DATA_TX_KIB)]
     got = dev.read("nvlink", _field_values, nv, h, fields)
     if got is None:
         return None, None
     if any(v is None for v in got):
+        if dev.nvlink_sum is None:  # an older driver without the all-links sum: ask per link
+            dev.nvlink_sum = False
+            return nvlink_bytes(dev)
         _give_up(dev, "the driver does not give NVLink data counters")
         return None, None
+    dev.nvlink_sum = links == [ALL_LINKS]
     return sum(got[0::2]) * 1024, sum(got[1::2]) * 1024
 
 

@@ -47,10 +47,12 @@ class FakeMig:
 
 class FakeDevice:
     def __init__(self, name, *, unsupported=(), new_reasons_api=True, ecc=True, procs=(), phase=0,
-                 uuid="", bus="", fan=30, pstate=0, codec=(0, 0), nvlinks=18, mig=None):
+                 uuid="", bus="", fan=30, pstate=0, codec=(0, 0), nvlinks=18, mig=None,
+                 nvlink_sum=True):
         self.name = name
         self.uuid, self.bus, self.fan, self.pstate = uuid, bus, fan, pstate
         self.codec, self.nvlinks, self.mig = codec, nvlinks, mig
+        self.nvlink_sum = nvlink_sum  # False: an older driver that refuses the all-links sum
         self.phase = phase
         self.unsupported = set(unsupported)
         self.new_reasons_api = new_reasons_api
@@ -172,8 +174,16 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, d, fields):
         out = []
         for field, link in fields:
-            value = {91: d.nvlinks, 138: 1000 * d.tick * (link + 1), 139: 2000 * d.tick}[field]
-            out.append(SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(ullVal=value)))
+            links = range(d.nvlinks) if link == 0xFFFFFFFF else [link]  # UINT_MAX: every link
+            if field == 91:
+                value = d.nvlinks
+            elif link == 0xFFFFFFFF and not d.nvlink_sum:
+                out.append(SimpleNamespace(nvmlReturn=3, valueType=3,
+                                           value=SimpleNamespace(ullVal=0)))
+                continue
+            else:
+                value = sum({138: 1000 * d.tick * (j + 1), 139: 2000 * d.tick}[field] for j in links)
+            out.append(SimpleNamespace(nvmlReturn=0, valueType=3, value=SimpleNamespace(ullVal=value)))
         return out
 
     def nvmlDeviceGetMigMode(self, d):

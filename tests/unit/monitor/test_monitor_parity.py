@@ -179,8 +179,8 @@ def test_nvlink_counters_the_driver_refuses_are_n_a_with_the_reason(fake_nvml, f
 
     def refusing(d, fields):  # the link count comes back, the data counters do not
         values = real(d, fields)
-        for v in values:
-            if v.value.ullVal != d.nvlinks:
+        for (field, _), v in zip(fields, values):
+            if field != 91:
                 v.nvmlReturn = 3  # NVML_ERROR_NOT_SUPPORTED
         return values
 
@@ -189,3 +189,12 @@ def test_nvlink_counters_the_driver_refuses_are_n_a_with_the_reason(fake_nvml, f
     h200 = s.sample_once()[0]
     assert h200.nvlink_rx_bytes is None
     assert h200.unavailable["nvlink"] == "the driver does not give NVLink data counters"
+
+
+def test_an_older_driver_without_the_all_links_sum_is_asked_per_link(fake_nvml, fake_clock):
+    fake_nvml.devices[0].nvlink_sum = False
+    s = GpuSampler(nvml=fake_nvml, clock=fake_clock)
+    h200 = s.sample_once()[0]
+    assert h200.nvlink_rx_bytes == 18 * 2000 * 1024
+    assert h200.nvlink_tx_bytes == 1000 * sum(range(1, 19)) * 1024
+    assert h200.unavailable is None
