@@ -96,8 +96,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def monitor(
         logfile: Path | None = typer.Argument(
-            None, show_default=False, metavar="LOGFILE", help="With --summary: a log written by --log to summarise "
-            "(its <stem>.host.<suffix> sibling too); nothing is sampled then."
+            None, show_default=False, metavar="LOGFILE", help="With --summary: a log written by "
+            "--log to summarise (its <stem>.host.<suffix> sibling too), or a `gpudoctor run` "
+            "directory; nothing is sampled then."
         ),
         log: Path | None = typer.Option(
             None, "--log", help="Append samples to FILE: *.csv (nvidia-smi columns first) or "

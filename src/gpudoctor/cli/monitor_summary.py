@@ -54,9 +54,15 @@ def summarise_log(path: Path, json_output: bool) -> int:
     from gpudoctor.collectors.sample_log import host_log_path, read_gpu_log, read_host_log
     from gpudoctor.records.base import SchemaError
 
+    from gpudoctor.records.rundir import GPU_SAMPLES, HOST_SAMPLES
+
+    if path.is_dir() and (path / GPU_SAMPLES).is_file():  # a `gpudoctor run` directory
+        path = path / GPU_SAMPLES
     if not path.is_file():
         fail(f"{path}: no such log; write one with gpudoctor monitor --log {path}")
     host_path = host_log_path(path)
+    if path.name == GPU_SAMPLES and not host_path.is_file():
+        host_path = path.with_name(HOST_SAMPLES)  # a run directory's host samples
     try:
         gpu_rows = read_gpu_log(path)
         host_rows = read_host_log(host_path) if host_path.is_file() else []

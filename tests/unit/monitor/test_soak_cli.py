@@ -155,3 +155,19 @@ def test_live_summary_says_when_old_samples_were_dropped(runner, with_fake, monk
     assert "4 samples a GPU" in result.stdout
     assert "the summary covers the last 4 samples of each GPU; use --log" in \
         " ".join(result.stderr.split())
+
+
+def test_summary_of_a_run_directory_reads_its_gpu_and_host_samples(runner, tmp_path):
+    from gpudoctor.records.base import JsonlWriter
+    from gpudoctor.records.rundir import KIND_GPU, KIND_HOST
+
+    with JsonlWriter(tmp_path / "gpu.jsonl", kind=KIND_GPU) as gpu:
+        for k in range(N):
+            gpu.write(_steady(k))
+    with JsonlWriter(tmp_path / "host.jsonl", kind=KIND_HOST) as host:
+        for k in range(0, N, 2):
+            host.write(_host(k))
+    result = runner.invoke(app, ["monitor", "--summary", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "soak verdict: GPU 0 stable" in result.stdout
+    assert "host: CPU 45 %" in result.stdout
