@@ -39,7 +39,41 @@ from typing import Any
 
 from gpudoctor.collectors.cadence import Deadlines, Every
 from gpudoctor.collectors.nvml_device import CLOCK_EVENT_REASONS, Device, decode_clock_event_reasons
+from gpudoctor.collectors.nvml_extras import identity, normalise_bus_id
 from gpudoctor.records.gpu import GpuSample
+
+
+def resolve_gpus(selectors: Sequence[int | str], count: int,
+                 ids: dict[int, tuple[str, str]]) -> list[int]:
+    """NVML indices of ``selectors`` (``nvidia-smi -i``'s forms): an index, a UUID (``GPU-…``,
+    or a unique prefix of one) or a PCI bus id (``00000000:07:00.0``, ``07:00.0``).
+
+    ``ids``: index -> (UUID, bus id). ``ValueError`` naming the GPUs that exist when one does
+    not match, or matches twice over.
+    """
+    out: list[int] = []
+    for sel in selectors:
+        if isinstance(sel, int) or str(sel).isdigit():
+            i = int(sel)
+            if not 0 <= i < count:
+                raise ValueError(
+                    f"GPU index {i} does not exist: this machine has {count} GPU(s), indices "
+                    f"0-{count - 1}" if count else f"GPU index {i} does not exist: NVML sees no GPU")
+        else:
+            text = str(sel).strip()
+            bus = normalise_bus_id(text)
+            hits = [j for j, (uuid, b) in ids.items()
+                    if (uuid and uuid.lower().startswith(text.lower()))
+                    or (b and normalise_bus_id(b) == bus)]
+            if len(hits) != 1:
+                known = "; ".join(f"{j}: {u or '?'} at {b or '?'}" for j, (u, b) in sorted(ids.items()))
+                what = "matches no GPU" if not hits else "matches several GPUs"
+                raise ValueError(f"{text!r} {what}; the GPUs here are {known or 'none'}")
+            i = hits[0]
+        if i in out:
+            raise ValueError(f"GPU {i} is selected twice ({sel!r}); list each GPU once")
+        out.append(i)
+    return out
 
 
 def default_nvml() -> Any:
@@ -54,8 +88,9 @@ class GpuSampler:
 
     Args:
         interval: seconds between samples (> 0; the CLI allows 0.1 and up).
-        indices: NVML device indices to watch (``nvidia-smi -i``); ``None`` = every GPU. An
-            index that does not exist raises ``ValueError`` (listing those that do) on first use.
+        indices: GPUs to watch, as ``nvidia-smi -i`` takes them: NVML indices, UUIDs (or a
+            unique prefix) or PCI bus ids (:func:`resolve_gpus`); ``None`` = every GPU. One that
+            does not exist raises ``ValueError`` (listing those that do) on first use.
         on_sample: called on the sampler thread with each new sample (e.g. a log writer);
             an exception there is kept in ``last_error`` and sampling goes on.
         maxlen: samples kept per GPU (36000 = one hour at 10 Hz).
@@ -82,7 +117,7 @@ class GpuSampler:
     def __init__(
         self,
         interval: float = 0.2,
-        indices: Sequence[int] | None = None,
+        indices: Sequence[int | str] | None = None,
         on_sample: Callable[[GpuSample], None] | None = None,
         maxlen: int = 36000,
         *,
@@ -171,15 +206,14 @@ class GpuSampler:
         except Exception as exc:
             self._reason = f"NVML could not count the GPUs ({exc})"
             return
-        wanted = range(count) if self.indices is None else self.indices
-        bad = [i for i in wanted if not 0 <= i < count]
-        if bad:
+        ids: dict[int, tuple[str, str]] = {}
+        if self.indices is not None and any(isinstance(i, str) for i in self.indices):
+            ids = self._identities(count)
+        try:
+            wanted = range(count) if self.indices is None else resolve_gpus(self.indices, count, ids)
+        except ValueError:
             self._close()
-            raise ValueError(
-                f"GPU index {', '.join(map(str, bad))} does not exist: this machine has "
-                f"{count} GPU(s), indices 0-{count - 1}" if count else
-                f"GPU index {', '.join(map(str, bad))} does not exist: NVML sees no GPU"
-            )
+            raise
         for i in wanted:
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(i)
@@ -189,9 +223,11 @@ class GpuSampler:
                 continue
             name = name.decode() if isinstance(name, bytes) else str(name)
             slack = self.interval / 4  # scheduling jitter must not push a read one tick late
+            uuid, bus = ids[i] if i in ids else identity(nv, handle)
             self._devices.append(Device(
                 nv, i, handle, name, procs=Every(self.process_interval, slack),
                 pcie=Every(self.pcie_interval, slack), slow=Every(self.slow_interval, slack),
+                extras_every=Every(self.process_interval, slack), uuid=uuid, pci_bus_id=bus,
             ))
             if not self.pcie:
                 self._devices[-1].unavailable = {"pcie": "not sampled (pcie=False)"}
@@ -200,6 +236,16 @@ class GpuSampler:
             self._reason = ""
         elif not self._reason:
             self._reason = "NVML is running but sees no GPU"
+
+    def _identities(self, count: int) -> dict[int, tuple[str, str]]:
+        """index -> (UUID, PCI bus id) of every GPU, to resolve selectors that name them."""
+        out = {}
+        for i in range(count):
+            try:
+                out[i] = identity(self._nvml, self._nvml.nvmlDeviceGetHandleByIndex(i))
+            except Exception:
+                out[i] = ("", "")
+        return out
 
     def _close(self) -> None:
         self._opened = False  # a later start() opens NVML again; the ring buffers stay
@@ -309,4 +355,6 @@ class GpuSampler:
         self.stop()
 
 
-__all__ = ["CLOCK_EVENT_REASONS", "GpuSampler", "decode_clock_event_reasons", "default_nvml"]
+__all__ = [
+    "CLOCK_EVENT_REASONS", "GpuSampler", "decode_clock_event_reasons", "default_nvml", "resolve_gpus",
+]

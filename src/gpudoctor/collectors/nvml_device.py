@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.collectors import nvml_extras as extras
 from gpudoctor.collectors.cadence import Every
 from gpudoctor.collectors.host import command_for_pid
-from gpudoctor.records.gpu import GpuProcess, GpuSample
+from gpudoctor.records.gpu import GpuProcess, GpuSample, MigDevice
 
 # nvmlClocksEventReason* bits (nvml.h); the older "throttle reasons" call uses the same bits.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -50,11 +51,13 @@ class Device:
     __slots__ = (
         "nv", "index", "handle", "name", "unavailable", "transient", "ecc_on", "last_procs",
         "reasons", "commands", "procs_every", "pcie_every", "slow_every", "pcie", "power_limit",
-        "ecc_count",
+        "ecc_count", "uuid", "pci_bus_id", "extras_every", "fan", "codec", "nvlink", "nvlinks",
+        "mig", "util_seen_us", "pstate", "host_procs", "nvlink_sum",
     )
 
     def __init__(
-        self, nv: Any, index: int, handle: Any, name: str, *, procs: Every, pcie: Every, slow: Every
+        self, nv: Any, index: int, handle: Any, name: str, *, procs: Every, pcie: Every, slow: Every,
+        extras_every: Every | None = None, uuid: str = "", pci_bus_id: str = "",
     ) -> None:
         self.nv = nv  # the pynvml-like module
         self.index = index
@@ -72,6 +75,19 @@ class Device:
         self.pcie: tuple[float | None, float | None] = (None, None)  # last rx, tx (B/s)
         self.power_limit: float | None = None  # W, last read
         self.ecc_count: int | None = None  # last read
+        self.uuid, self.pci_bus_id = uuid, pci_bus_id
+        # fan, encoder/decoder, NVLink counters, MIG devices: read on this cadence (nvml_extras)
+        self.extras_every = extras_every if extras_every is not None else Every(procs.interval,
+                                                                                procs.slack)
+        self.fan: float | None = None
+        self.pstate: int | None = None
+        self.codec: tuple[float | None, float | None] = (None, None)
+        self.nvlink: tuple[int | None, int | None] = (None, None)
+        self.nvlinks: int | None = None  # NVLink count, read once
+        self.nvlink_sum: bool | None = None  # the driver sums the links itself (None: not asked)
+        self.mig: tuple[MigDevice, ...] = ()
+        self.util_seen_us = 0  # newest per-process utilisation sample seen (NVML's timestamp)
+        self.host_procs: dict[int, Any] = {}  # pid -> psutil.Process (None: not visible here)
 
     def read(self, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Call ``fn(*args)``; on an NVML error return None and keep the reason for ``metric``."""
@@ -81,7 +97,10 @@ class Device:
             return fn(*args)
         except Exception as exc:
             kind = type(exc).__name__
-            if kind in _PERMANENT or any(
+            if isinstance(exc, AttributeError):  # an nvidia-ml-py too old for this call
+                self.unavailable = {**(self.unavailable or {}),
+                                    metric: "not in this nvidia-ml-py (upgrade it)"}
+            elif kind in _PERMANENT or any(
                 isinstance(exc, getattr(self.nv, k, ())) for k in _PERMANENT
             ):
                 reason = "not supported by this GPU or driver" if "NotSupported" in kind else str(exc)
@@ -112,6 +131,13 @@ class Device:
             reasons = self.reasons.get(mask) or self.reasons.setdefault(
                 mask, decode_clock_event_reasons(int(mask))
             )
+        if self.extras_every.due(now):
+            self.pstate = extras.pstate(self)
+            self.fan = extras.fan_speed(self)
+            self.codec = extras.codec_util(self)
+            self.nvlink = extras.nvlink_bytes(self)
+            self.mig = extras.mig_devices(self)
+            self.extras_every.done(now)
         if slow:
             self.ecc_count = self._ecc()
             if "power_limit" not in self.transient and "ecc" not in self.transient:
@@ -141,6 +167,15 @@ class Device:
             processes=procs,
             unavailable={**(self.unavailable or {}), **self.transient} if self.transient
             else self.unavailable,
+            uuid=self.uuid,
+            pci_bus_id=self.pci_bus_id,
+            fan_speed_pct=self.fan,
+            pstate=self.pstate,
+            encoder_util_pct=self.codec[0],
+            decoder_util_pct=self.codec[1],
+            nvlink_rx_bytes=self.nvlink[0],
+            nvlink_tx_bytes=self.nvlink[1],
+            mig_devices=self.mig,
         )
 
     def read_pcie(self, now: float) -> None:
@@ -201,8 +236,12 @@ class Device:
             command = old_commands.get(pid)
             commands[pid] = command_for_pid(pid) if command is None else command
         self.commands = commands  # pids gone from the GPU are forgotten (pids get reused)
+        self.host_procs = {pid: h for pid, h in self.host_procs.items() if pid in used_by}
+        sm = extras.process_sm_util(self) if used_by else {}
         result = tuple(
-            GpuProcess(pid=pid, used_memory_bytes=used_by[pid], command=commands[pid])
+            GpuProcess(pid=pid, used_memory_bytes=used_by[pid], command=commands[pid],
+                       sm_util_pct=sm.get(pid),
+                       host_rss_bytes=extras.host_rss(pid, self.host_procs))
             for pid in sorted(used_by)
         )
         if result == self.last_procs:  # share the tuple between samples: the ring stays small

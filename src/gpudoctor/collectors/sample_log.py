@@ -6,10 +6,12 @@ kind of row.
 
 CSV columns start with those of ``nvidia-smi --query-gpu=timestamp,name,utilization.gpu,
 utilization.memory,memory.total,memory.used,memory.free,temperature.gpu,power.draw
---format=csv,nounits`` (memory in MiB, power in W, the timestamp as ``YYYY/MM/DD HH:MM:SS.mmm``
-in UTC), then the rest. Every value is written exactly (MiB as a decimal fraction when needed),
-so a CSV log reads back into the same records. JSONL files are the ``gpu.jsonl``/``host.jsonl``
-format of a run directory (``gpudoctor.records.rundir``).
+--format=csv,nounits`` (memory in whole MiB as nvidia-smi writes it, power in W, the timestamp as
+``YYYY/MM/DD HH:MM:SS.mmm`` in UTC), then the rest; the exact byte counts follow at the end
+(``memory.used [B]``), so a CSV log reads back into the same records. Columns added since the
+first release (:data:`GPU_COLUMNS_ADDED`) may be absent from an older log, which still reads:
+memory then comes from the MiB columns (fractions of a MiB were written then). JSONL files are the
+``gpu.jsonl``/``host.jsonl`` format of a run directory (``gpudoctor.records.rundir``).
 
 Every line is flushed as it is written: Ctrl-C or a crash loses at most the line in flight.
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpudoctor.records.base import JsonlWriter, SchemaError, from_dict, read_jsonl, to_dict
-from gpudoctor.records.gpu import GpuProcess, GpuSample, HostSample
+from gpudoctor.records.gpu import GpuProcess, GpuSample, HostSample, MigDevice
 from gpudoctor.records.rundir import KIND_GPU, KIND_HOST
 from gpudoctor.records.units import MIB
 
@@ -44,6 +46,27 @@ def _num(v: float | int | None) -> str:
 def _mib(v: int | None) -> str:
     # bytes / 2**20 is exact in binary floating point, so repr() round-trips it
     return "" if v is None else _num(v / MIB)
+
+
+def _whole_mib(v: int | None) -> str:
+    """Whole MiB, rounded down, as ``nvidia-smi --query-gpu=memory.used`` prints it."""
+    return "" if v is None else str(v // MIB)
+
+
+def _pstate_out(v: int | None) -> str:
+    return "" if v is None else f"P{v}"
+
+
+def _pstate_in(s: str) -> int | None:
+    return None if s == "" else int(s.removeprefix("P"))
+
+
+def _mig_out(devs: tuple[MigDevice, ...]) -> str:
+    return json.dumps(to_dict(devs), separators=(",", ":")) if devs else ""
+
+
+def _mig_in(s: str) -> tuple[MigDevice, ...]:
+    return tuple(from_dict(MigDevice, d) for d in json.loads(s)) if s else ()
 
 
 def _float(s: str) -> float | None:
@@ -76,9 +99,9 @@ GPU_COLUMNS: tuple[tuple[str, str, Callable[[Any], str], Callable[[str], Any]], 
     ("name", "name", str, str),
     ("utilization.gpu [%]", "util_gpu_pct", _num, _float),
     ("utilization.memory [%]", "util_mem_pct", _num, _float),
-    ("memory.total [MiB]", "mem_total_bytes", _mib, _from_mib),
-    ("memory.used [MiB]", "mem_used_bytes", _mib, _from_mib),
-    ("memory.free [MiB]", "mem_free_bytes", _mib, _from_mib),
+    ("memory.total [MiB]", "mem_total_bytes", _whole_mib, _from_mib),
+    ("memory.used [MiB]", "mem_used_bytes", _whole_mib, _from_mib),
+    ("memory.free [MiB]", "mem_free_bytes", _whole_mib, _from_mib),
     ("temperature.gpu", "temperature_c", _num, _float),
     ("power.draw [W]", "power_w", _num, _float),
     ("index", "index", str, int),
@@ -93,6 +116,23 @@ GPU_COLUMNS: tuple[tuple[str, str, Callable[[Any], str], Callable[[str], Any]], 
     ("processes", "processes", _procs_out, _procs_in),
     ("unavailable", "unavailable", lambda d: json.dumps(d, sort_keys=True) if d else "",
      lambda s: json.loads(s) if s else None),
+)
+
+# added after the first release: an older log lacks them (the record's default is kept then);
+# the byte columns come last so they win over the whole-MiB columns when both are there
+GPU_COLUMNS_ADDED: tuple[tuple[str, str, Callable[[Any], str], Callable[[str], Any]], ...] = (
+    ("uuid", "uuid", str, str),
+    ("pci.bus_id", "pci_bus_id", str, str),
+    ("fan.speed [%]", "fan_speed_pct", _num, _float),
+    ("pstate", "pstate", _pstate_out, _pstate_in),
+    ("utilization.encoder [%]", "encoder_util_pct", _num, _float),
+    ("utilization.decoder [%]", "decoder_util_pct", _num, _float),
+    ("nvlink.rx [B]", "nvlink_rx_bytes", _num, _int),
+    ("nvlink.tx [B]", "nvlink_tx_bytes", _num, _int),
+    ("mig.devices", "mig_devices", _mig_out, _mig_in),
+    ("memory.total [B]", "mem_total_bytes", _num, _int),
+    ("memory.used [B]", "mem_used_bytes", _num, _int),
+    ("memory.free [B]", "mem_free_bytes", _num, _int),
 )
 
 HOST_COLUMNS: tuple[tuple[str, str, Callable[[Any], str], Callable[[str], Any]], ...] = (
@@ -131,6 +171,12 @@ class _CsvWriter:
     def __init__(self, path: Path, columns: tuple) -> None:
         self._columns = columns
         new = not path.exists() or path.stat().st_size == 0
+        if not new:  # appending: keep the file's own columns (an older log has fewer)
+            with path.open(encoding="utf-8", newline="") as fh:
+                header = next(csv.reader(fh), [])
+            by_head = {c[0]: c for c in columns}
+            if header and all(h in by_head for h in header):
+                self._columns = tuple(by_head[h] for h in header)
         self._file: TextIO = path.open("a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._file)
         if new:
@@ -163,6 +209,8 @@ class SampleLog:
         self._host: Any = None
 
     def _open(self, path: Path, columns: tuple, kind: str) -> Any:
+        if columns is GPU_COLUMNS:
+            columns = GPU_COLUMNS + GPU_COLUMNS_ADDED
         if self.format == "csv":
             return _CsvWriter(path, columns)
         return JsonlWriter(path, kind=kind)
@@ -192,7 +240,7 @@ class SampleLog:
         self.close()
 
 
-def _read_csv(path: Path, cls: type, columns: tuple) -> Iterator[Any]:
+def _read_csv(path: Path, cls: type, columns: tuple, added: tuple = ()) -> Iterator[Any]:
     with path.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.reader(fh))
     if not rows:
@@ -202,7 +250,8 @@ def _read_csv(path: Path, cls: type, columns: tuple) -> Iterator[Any]:
     missing = [h for h in want if h not in header]
     if missing:
         raise SchemaError(f"{path}: not a gpudoctor sample log (missing columns {missing})")
-    pos = {h: header.index(h) for h in want}
+    columns = columns + tuple(c for c in added if c[0] in header)
+    pos = {c[0]: header.index(c[0]) for c in columns}
     last = len(rows) - 1
     for number, row in enumerate(rows[1:], start=1):
         if not row:
@@ -224,7 +273,7 @@ def read_gpu_log(path: Path) -> list[GpuSample]:
     """Read GPU samples back from a ``.csv`` or ``.jsonl`` log."""
     path = Path(path)
     if log_format(path) == "csv":
-        return list(_read_csv(path, GpuSample, GPU_COLUMNS))
+        return list(_read_csv(path, GpuSample, GPU_COLUMNS, GPU_COLUMNS_ADDED))
     return list(read_jsonl(path, GpuSample, kind=KIND_GPU))
 
 

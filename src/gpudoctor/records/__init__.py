@@ -13,7 +13,7 @@ from gpudoctor.records.base import (
 )
 from gpudoctor.records.env import CheckReport, CheckResult, Layer, Verdict
 from gpudoctor.records.finding import Finding, Severity, rank_findings
-from gpudoctor.records.gpu import GpuProcess, GpuSample, HostSample
+from gpudoctor.records.gpu import GpuProcess, GpuSample, HostSample, MigDevice
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -25,6 +25,7 @@ __all__ = [
     "HostSample",
     "JsonlWriter",
     "Layer",
+    "MigDevice",
     "SchemaError",
     "Severity",
     "Verdict",

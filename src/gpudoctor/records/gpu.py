@@ -16,6 +16,19 @@ class GpuProcess:
     pid: int
     used_memory_bytes: int | None
     command: str = ""
+    sm_util_pct: float | None = None  # nvidia-smi pmon's "sm" (nvmlDeviceGetProcessUtilization)
+    host_rss_bytes: int | None = None  # the process's resident host memory (psutil)
+
+
+@record
+class MigDevice:
+    """One MIG instance of a GPU (``nvidia-smi -L`` lists them under the GPU)."""
+
+    uuid: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
 
 
 @record
@@ -45,6 +58,15 @@ class GpuSample:
     ecc_errors_uncorrected: int | None = None
     processes: tuple[GpuProcess, ...] = ()
     unavailable: dict[str, str] | None = None
+    uuid: str = ""
+    pci_bus_id: str = ""  # "00000000:07:00.0", as nvidia-smi's pci.bus_id
+    fan_speed_pct: float | None = None
+    pstate: int | None = None  # 0 for P0 (most performance) to 15
+    encoder_util_pct: float | None = None
+    decoder_util_pct: float | None = None
+    nvlink_rx_bytes: int | None = None  # data received over every NVLink since the driver loaded
+    nvlink_tx_bytes: int | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 @record

@@ -106,8 +106,11 @@ def test_once_json_without_a_gpu(runner, without_driver):
     [
         (["--interval", "0.05"], "--interval must be at least 0.1 s"),
         (["--duration", "0"], "--duration must be a positive number"),
-        (["--gpus", "0,x"], "--gpus takes GPU indices separated by commas"),
+        (["--gpus", "0,x"], "--gpus takes GPU indices, UUIDs (GPU-…) or PCI bus ids"),
         (["--gpus", "1,1"], "lists GPU 1 twice"),
+        (["--gpus", "GPU-0000"], "'GPU-0000' matches no GPU"),
+        (["--gpus", "GPU-"], "matches several GPUs"),
+        (["--gpus", "18:00.0,0"], "GPU 0 is selected twice"),
         (["--gpus", "0,5"], "GPU index 5 does not exist"),
         (["--pid", "999999999"], "no such process"),
         (["--log", "samples.txt"], "name it *.csv"),
@@ -204,10 +207,14 @@ def test_every_docs_example_uses_real_options():
     doc = Path(__file__).resolve().parents[3] / "docs" / "monitor.md"
     lines = [ln.split("#")[0] for ln in doc.read_text().splitlines()
              if ln.startswith("gpudoctor monitor")]
-    assert len(lines) >= 5
+    assert len(lines) >= 12
     for line in lines:
         words = shlex.split(line)[2:]
         i = 0
         while i < len(words):
+            if "--summary" in words and not words[i].startswith("-"):  # the LOGFILE argument
+                assert words[i].endswith((".csv", ".jsonl")), line
+                i += 1
+                continue
             assert words[i] in known, f"{line!r}: {words[i]} is not an option"
             i += 1 if words[i] in flags else 2

@@ -60,3 +60,21 @@ def test_history_by_gpu_splits_a_stream(golden):
     assert [s.index for s in latest] == [0, 1]
     assert [s.util_gpu_pct for s in history[0]] == [0, 10, 40, 90, None, 100]
     golden("monitor/view-two-gpus.txt", _text(render_monitor(latest, history)))
+
+
+def test_the_gpu_table_fits_80_and_120_columns(golden):
+    """Every number whole at 80 columns (bars shrink, the sparkline goes); all of it at 120."""
+    from pathlib import Path
+
+    from gpudoctor.collectors.sample_log import read_gpu_log, read_host_log
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "monitor"
+    latest, history = history_by_gpu(read_gpu_log(fixtures / "fake-samples.jsonl"))
+    host = read_host_log(fixtures / "fake-samples.host.jsonl")[-1]
+    for width in (80, 120):
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        console.print(render_monitor(latest, history, host, job_pids=frozenset(host.tree_pids)))
+        text = console.file.getvalue()
+        table = text.split("\n\n")[0]
+        assert "…" not in table, table
+        golden(f"monitor/view-fake-samples-{width}.txt", text)

@@ -52,6 +52,9 @@ def test_unsupported_metrics_are_none_with_the_reason_kept_once(fake_nvml, fake_
         "pcie": "not supported by this GPU or driver",
         "ecc": "ECC is disabled on this GPU",
         "processes": "not supported by this GPU or driver",
+        "fan": "not supported by this GPU or driver",
+        "mig": "not supported by this GPU or driver",
+        "nvlink": "no NVLink on this GPU",
     }
     assert t4[1].unavailable is t4[0].unavailable is t4[2].unavailable
 
