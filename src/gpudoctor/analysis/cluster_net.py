@@ -20,8 +20,10 @@ from gpudoctor.records.env import CheckResult, Layer, Verdict
 
 NCCL_DEFAULT = "NCCL_SOCKET_IFNAME unset: NCCL takes ib*, else all but docker* and lo, else lo"
 # Judged only for NCCL: gloo on a CPU measures the host's sockets and threads, not the network.
-SLOW_NODE_FRACTION = 0.5  # a node whose all-reduce runs below half the best node's has a problem:
-# identical nodes measure within ~10% of each other (nccl-tests run to run)
+# A node whose all-reduce runs below half the best node's has a problem (a broken link, throttled
+# GPUs, a disabled transport): identical nodes run the same NCCL algorithm over the same links,
+# and half is far outside the run-to-run noise of a timed collective.
+SLOW_NODE_FRACTION = 0.5
 
 
 def parse_names(spec: str) -> tuple[bool, bool, tuple[str, ...]]:
