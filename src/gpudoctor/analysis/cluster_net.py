@@ -15,11 +15,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpudoctor.analysis.cluster_diff import compare, label, nodes_of
-from gpudoctor.records.cluster import ClusterReport, CollectiveFigure, NetInterface, NodeSummary, RankEnv
+from gpudoctor.records.cluster import (
+    ClusterReport,
+    CollectiveFigure,
+    IbPort,
+    NetInterface,
+    NodeSummary,
+    RankEnv,
+)
 from gpudoctor.records.env import CheckResult, Layer, Verdict
 
 NCCL_DEFAULT = "NCCL_SOCKET_IFNAME unset: NCCL takes ib*, else all but docker* and lo, else lo"
 # Judged only for NCCL: gloo on a CPU measures the host's sockets and threads, not the network.
+# One rank a node drives about one adapter port; NCCL over IB/RoCE with GPUDirect RDMA reaches most
+# of its line rate, TCP sockets or a staged copy through host memory reach a fraction: below half
+# names the likely cause.
+IB_LINE_FRACTION = 0.5
 # A node whose all-reduce runs below half the best node's has a problem (a broken link, throttled
 # GPUs, a disabled transport): identical nodes run the same NCCL algorithm over the same links,
 # and half is far outside the run-to-run noise of a timed collective.
@@ -92,6 +103,22 @@ def socket_row(env: RankEnv, multi_host: bool) -> CheckResult:
     return _row("nccl.socket_ifname", Verdict.PASS, evidence)
 
 
+def ib_ports_used(env: RankEnv) -> list[IbPort]:
+    """The adapter ports NCCL's IB transport may use: those NCCL_IB_HCA selects (all unset);
+    none with NCCL_IB_DISABLE."""
+    if env.frozen.env.get("NCCL_IB_DISABLE", "0") not in ("", "0"):
+        return []
+    spec = env.frozen.env.get("NCCL_IB_HCA")
+    devices = set(_pick(env.ib_devices, spec)) if spec else set(env.ib_devices)
+    return [p for p in env.ib_ports if p.device in devices]
+
+
+def _port_words(ports: Sequence[IbPort]) -> str:
+    return ", ".join(f"{p.device}:{p.port} ({p.state or 'state ?'}"
+                     + (f", {p.rate_gbps:g} Gb/s" if p.rate_gbps else "")
+                     + (f" {p.link_layer}" if p.link_layer else "") + ")" for p in ports)
+
+
 def ib_row(env: RankEnv) -> CheckResult:
     """``NCCL_IB_HCA`` / ``NCCL_IB_DISABLE`` against the adapters in /sys/class/infiniband."""
     spec = env.frozen.env.get("NCCL_IB_HCA")
@@ -112,7 +139,15 @@ def ib_row(env: RankEnv) -> CheckResult:
     if not env.ib_devices:
         return _row("nccl.ib_hca", Verdict.PASS, "no InfiniBand/RoCE adapter (/sys/class/infiniband): "
                     "NCCL uses TCP sockets between nodes")
-    return _row("nccl.ib_hca", Verdict.PASS, f"adapters {have}" + (f"; NCCL_IB_HCA={spec}" if spec else ""))
+    used = ib_ports_used(env)
+    selected = f"; NCCL_IB_HCA={spec}" if spec else ""
+    if used and not any(p.state == "ACTIVE" for p in used):
+        return _row("nccl.ib_hca", Verdict.WARN,
+                    f"no ACTIVE port on the adapters NCCL would use: {_port_words(used)}{selected}; "
+                    "NCCL falls back to TCP sockets between nodes",
+                    "check the cables and the subnet manager (`ibstat`), or name an adapter whose port is ACTIVE")
+    return _row("nccl.ib_hca", Verdict.PASS,
+                (f"adapter ports {_port_words(used)}" if used else f"adapters {have}") + selected)
 
 
 def gloo_row(env: RankEnv) -> CheckResult | None:
@@ -152,8 +187,29 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**20:g} MiB"
 
 
-def collective_rows(figures: Sequence[CollectiveFigure], nodes: Sequence[NodeSummary]) -> list[CheckResult]:
-    """All-reduce bus bandwidth between nodes, and within each node for comparison."""
+def _between_row(f: CollectiveFigure, port: IbPort | None) -> CheckResult:
+    """One rank a node uses one GPU, so NCCL drives about one adapter port: judged against the
+    fastest active port NCCL may use (NCCL only; gloo measures the CPU's sockets)."""
+    words = (f"{len(f.ranks)} nodes, one rank each, {f.backend} on {f.device}: bus bandwidth "
+             f"{_gbs(f)} at {_size(f.size_bytes)} ({f.time_ms:.2f} ms)")
+    if f.backend == "gloo":
+        return _row("allreduce.between_nodes", Verdict.PASS,
+                    words + " - gloo figures, far below what NCCL reaches on GPUs")
+    if port is None or not port.rate_gbps or f.busbw_gbs is None:
+        return _row("allreduce.between_nodes", Verdict.PASS, words)
+    line = port.rate_gbps / 8.0
+    words += f" = {f.busbw_gbs / line:.2f}× one {port.rate_gbps:g} Gb/s port ({line:g} GB/s, {port.device})"
+    if f.busbw_gbs < IB_LINE_FRACTION * line:
+        return _row("allreduce.between_nodes", Verdict.WARN, words,
+                    "NCCL is likely on TCP sockets or without GPUDirect RDMA: rerun with NCCL_DEBUG=INFO "
+                    "and look for 'NET/IB' (not 'NET/Socket') and 'GDRDMA'")
+    return _row("allreduce.between_nodes", Verdict.PASS, words)
+
+
+def collective_rows(figures: Sequence[CollectiveFigure], nodes: Sequence[NodeSummary],
+                    port: IbPort | None = None) -> list[CheckResult]:
+    """All-reduce bus bandwidth between nodes (against ``port``, the fastest active adapter port
+    NCCL may use on node 0), and within each node for comparison."""
     between = [f for f in figures if f.scope == "between nodes"]
     within = [f for f in figures if f.scope != "between nodes"]
     rows = []
@@ -164,11 +220,7 @@ def collective_rows(figures: Sequence[CollectiveFigure], nodes: Sequence[NodeSum
             rows.append(_row("allreduce.between_nodes", Verdict.FAIL, f"ranks {list(f.ranks)}: {f.error}",
                              "see nccl.socket_ifname / nccl.ib_hca; rerun with NCCL_DEBUG=INFO"))
             continue
-        words = (f"{len(f.ranks)} nodes, one rank each, {f.backend} on {f.device}: bus bandwidth "
-                 f"{_gbs(f)} at {_size(f.size_bytes)} ({f.time_ms:.2f} ms)")
-        if f.backend == "gloo":
-            words += " - gloo figures, far below what NCCL reaches on GPUs"
-        rows.append(_row("allreduce.between_nodes", Verdict.PASS, words))
+        rows.append(_between_row(f, port))
     ok = [f for f in within if not f.error and f.busbw_gbs]
     for f in within:
         if f.error:
@@ -222,7 +274,10 @@ def cluster_report(ranks: Sequence[RankEnv], figures: Sequence[CollectiveFigure]
     """The whole comparison and the checks, with a one-line summary."""
     nodes = nodes_of(ranks)
     differences = compare(ranks)
-    checks = [store_row(ranks), *per_node_rows(ranks, nodes), *collective_rows(figures, nodes)]
+    first = min(ranks, key=lambda e: e.rank)
+    active = [p for p in ib_ports_used(first) if p.state == "ACTIVE" and p.rate_gbps]
+    port = max(active, key=lambda p: p.rate_gbps or 0.0, default=None)
+    checks = [store_row(ranks), *per_node_rows(ranks, nodes), *collective_rows(figures, nodes, port)]
     marked = sum(1 for d in differences if d.changes)
     failed = sum(1 for c in checks if c.verdict is Verdict.FAIL)
     warned = sum(1 for c in checks if c.verdict is Verdict.WARN)

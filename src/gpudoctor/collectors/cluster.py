@@ -3,13 +3,15 @@
 The environment is read with the same probes as ``gpudoctor check`` (driver through NVML, host
 facts, torch's build facts, read in this process since it already runs torch for the process
 group) and frozen exactly as ``check --freeze`` freezes it; on top, GPU clocks and power limits
-(NVML), the network interfaces (psutil), the InfiniBand adapters (sysfs), and a TCP connection to
-the rendezvous store with a timeout. Nothing here raises for a missing fact: it is recorded.
+(NVML), the network interfaces (psutil), the InfiniBand/RoCE adapters and their ports' state and
+rate (sysfs), and a TCP connection to the rendezvous store with a timeout. Nothing here raises
+for a missing fact: it is recorded.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -19,7 +21,7 @@ from pathlib import Path
 from gpudoctor.analysis.env_diff import NOT_FROZEN_ENV, freeze
 from gpudoctor.collectors.env.driver import read_driver
 from gpudoctor.collectors.env.host import read_host
-from gpudoctor.records.cluster import GpuClocks, NetInterface, RankEnv, StoreProbe
+from gpudoctor.records.cluster import GpuClocks, IbPort, NetInterface, RankEnv, StoreProbe
 from gpudoctor.records.env import EnvFacts, ProbeRun
 
 # Beyond what `check` records: every CUDA_* variable (CUDA_DEVICE_MAX_CONNECTIONS, ...) and gloo's
@@ -76,6 +78,32 @@ def read_ib_devices(root: Path = IB_ROOT) -> tuple[str, ...]:
         return tuple(sorted(p.name for p in root.iterdir()))
     except OSError:
         return ()
+
+
+def read_ib_ports(root: Path = IB_ROOT) -> tuple[IbPort, ...]:
+    """Every adapter port: its state, rate and link layer (sysfs, as ``ibstat`` reads them)."""
+    out = []
+    for device in read_ib_devices(root):
+        try:
+            ports = sorted((root / device / "ports").iterdir(), key=lambda p: p.name)
+        except OSError:
+            continue
+        for port in ports:
+            if not port.name.isdigit():
+                continue
+            state = _sysfs(port / "state")  # "4: ACTIVE"
+            rate = re.match(r"\s*([\d.]+)\s*Gb/sec", _sysfs(port / "rate"))
+            out.append(IbPort(device=device, port=int(port.name), state=state.split(":")[-1].strip(),
+                              rate_gbps=float(rate.group(1)) if rate else None,
+                              link_layer=_sysfs(port / "link_layer")))
+    return tuple(out)
+
+
+def _sysfs(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def read_clocks() -> tuple[tuple[GpuClocks, ...], str]:
@@ -138,4 +166,4 @@ def rank_env(*, rank: int, local_rank: int, environ: Mapping[str, str] | None = 
     return RankEnv(rank=rank, local_rank=local_rank, node=int(environ.get("GROUP_RANK", "0") or 0),
                    hostname=socket.gethostname(), frozen=frozen, clocks=clocks,
                    clocks_error=clocks_error, interfaces=read_interfaces(),
-                   ib_devices=read_ib_devices(), store=store)
+                   ib_devices=read_ib_devices(), ib_ports=read_ib_ports(), store=store)

@@ -41,6 +41,22 @@ class NetInterface:
 
 
 @record
+class IbPort:
+    """One port of an InfiniBand/RoCE adapter (``/sys/class/infiniband/DEV/ports/N``).
+
+    ``state`` as the kernel words it (``"ACTIVE"``, ``"DOWN"``, ``"INIT"``); ``rate_gbps`` the
+    link rate in Gb/s (``"400 Gb/sec (4X NDR)"`` -> 400); ``link_layer`` ``"InfiniBand"`` or
+    ``"Ethernet"`` (RoCE).
+    """
+
+    device: str
+    port: int
+    state: str = ""
+    rate_gbps: float | None = None
+    link_layer: str = ""
+
+
+@record
 class StoreProbe:
     """A TCP connection to the rendezvous store (``MASTER_ADDR:MASTER_PORT``) with a timeout."""
 
@@ -69,6 +85,7 @@ class RankEnv:
     clocks_error: str = ""
     interfaces: tuple[NetInterface, ...] = ()
     ib_devices: tuple[str, ...] = ()  # /sys/class/infiniband: the HCAs NCCL_IB_HCA names
+    ib_ports: tuple[IbPort, ...] = ()
     store: StoreProbe | None = None
 
 

@@ -17,11 +17,12 @@ from rich.console import Console
 from gpudoctor.analysis.cluster_diff import compare, label, nodes_of, number_list
 from gpudoctor.analysis.cluster_net import cluster_report, nccl_interfaces, parse_names
 from gpudoctor.analysis.env_diff import freeze
-from gpudoctor.collectors.cluster import probe_store
+from gpudoctor.collectors.cluster import probe_store, read_ib_ports
 from gpudoctor.records.base import from_dict, to_dict
 from gpudoctor.records.cluster import (
     CollectiveFigure,
     GpuClocks,
+    IbPort,
     NetInterface,
     RankEnv,
     StoreProbe,
@@ -34,16 +35,18 @@ IFACES = (NetInterface(name="lo", addresses=("127.0.0.1",), up=True, speed_mbps=
           NetInterface(name="eth0", addresses=("10.0.0.1",), up=True, speed_mbps=100_000),
           NetInterface(name="ib0", addresses=("192.168.0.1",), up=True, speed_mbps=400_000),
           NetInterface(name="docker0", addresses=("172.17.0.1",), up=False, speed_mbps=0))
+PORTS = tuple(IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", rate_gbps=400.0, link_layer="InfiniBand")
+              for i in range(2))
 H200_CLOCKS = tuple(GpuClocks(index=i, name="NVIDIA H200", sm_max_mhz=1980, sm_app_mhz=1980,
                               mem_max_mhz=3201, power_limit_w=700.0) for i in range(2))
 
 
 def _rank(facts, rank: int, node: int, *, env: dict | None = None, clocks=H200_CLOCKS,
-          interfaces=IFACES, ib=("mlx5_0", "mlx5_1"), host: str | None = None) -> RankEnv:
+          interfaces=IFACES, ib=("mlx5_0", "mlx5_1"), ports=PORTS, host: str | None = None) -> RankEnv:
     frozen = freeze(facts)
     frozen = R(frozen, env={**frozen.env, **(env or {})})
     return RankEnv(rank=rank, local_rank=rank % 2, node=node, hostname=host or f"gpu-node-{node}",
-                   frozen=frozen, clocks=clocks, interfaces=interfaces, ib_devices=ib,
+                   frozen=frozen, clocks=clocks, interfaces=interfaces, ib_devices=ib, ib_ports=ports,
                    store=StoreProbe(addr="gpu-node-0", port="29500", ok=True, ms=0.4 + rank / 10,
                                     timeout_s=10.0))
 
@@ -92,7 +95,7 @@ def test_golden_two_identical_cpu_nodes(golden, facts_factory, width):
     """What the CPU bar's agents print when nothing is planted: no differences, gloo figures."""
     cpu = facts_factory.cpu_only()
     lo_eth = IFACES[:2]
-    ranks = [_rank(cpu, r, r, clocks=(), interfaces=lo_eth, ib=(), host="ci") for r in (0, 1)]
+    ranks = [_rank(cpu, r, r, clocks=(), interfaces=lo_eth, ib=(), ports=(), host="ci") for r in (0, 1)]
     ranks = [R(e, clocks_error="NVML: NVMLError_LibraryNotFound") for e in ranks]
     figures = (CollectiveFigure(scope="between nodes", ranks=(0, 1), backend="gloo", device="cpu",
                                 size_bytes=4 << 20, busbw_gbs=1.03, algbw_gbs=1.03, time_ms=4.06),)
@@ -158,7 +161,7 @@ def test_ib_hca_and_disable_rules(facts_factory):
 
 def test_loopback_only_fails_across_hosts(facts_factory):
     ok = facts_factory.healthy(2)
-    ranks = [_rank(ok, r, r, interfaces=IFACES[:1], ib=()) for r in (0, 1)]
+    ranks = [_rank(ok, r, r, interfaces=IFACES[:1], ib=(), ports=()) for r in (0, 1)]
     (row,) = [c for c in cluster_report(ranks, ()).checks if c.name == "nccl.socket_ifname"]
     assert row.verdict is Verdict.FAIL and "loopback" in row.evidence
 
@@ -211,3 +214,40 @@ def test_cli_outside_torchrun_is_a_usage_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--cluster", "--freeze", "x.json"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and not (tmp_path / "x.json").exists()
+
+
+def test_between_nodes_is_judged_against_one_active_port(facts_factory):
+    ok = facts_factory.healthy(2)
+    ranks = [_rank(ok, 0, 0), _rank(ok, 1, 1)]
+    slow = CollectiveFigure(scope="between nodes", ranks=(0, 1), backend="nccl", device="cuda",
+                            size_bytes=256 << 20, busbw_gbs=9.8, algbw_gbs=9.8, time_ms=27.4)
+    (row,) = [c for c in cluster_report(ranks, (slow,)).checks if c.name == "allreduce.between_nodes"]
+    assert row.verdict is Verdict.WARN and "0.20× one 400 Gb/s port (50 GB/s, mlx5_0)" in row.evidence
+    assert "NET/Socket" in row.fix
+    (fast,) = [c for c in cluster_report(ranks, FIGURES[:1]).checks if c.name == "allreduce.between_nodes"]
+    assert fast.verdict is Verdict.PASS and "0.82× one 400 Gb/s port" in fast.evidence
+    off = [_rank(ok, r, r, env={"NCCL_IB_DISABLE": "1"}) for r in (0, 1)]  # sockets: no port to judge by
+    (row,) = [c for c in cluster_report(off, (slow,)).checks if c.name == "allreduce.between_nodes"]
+    assert row.verdict is Verdict.PASS and "port" not in row.evidence
+
+
+def test_ports_down_warn(facts_factory):
+    ok = facts_factory.healthy(2)
+    down = tuple(R(p, state="DOWN") for p in PORTS)
+    (row,) = [c for c in cluster_report([_rank(ok, r, r, ports=down) for r in (0, 1)], ()).checks
+              if c.name == "nccl.ib_hca"]
+    assert row.verdict is Verdict.WARN and "no ACTIVE port" in row.evidence and "ibstat" in row.fix
+
+
+def test_ib_ports_are_read_from_sysfs(tmp_path):
+    for dev, state, rate, layer in (("mlx5_0", "4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
+                                    ("mlx5_1", "1: DOWN", "10 Gb/sec (4X SDR)", "Ethernet")):
+        port = tmp_path / dev / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "rate").write_text(rate + "\n")
+        (port / "link_layer").write_text(layer + "\n")
+    assert read_ib_ports(tmp_path) == (
+        IbPort(device="mlx5_0", port=1, state="ACTIVE", rate_gbps=400.0, link_layer="InfiniBand"),
+        IbPort(device="mlx5_1", port=1, state="DOWN", rate_gbps=10.0, link_layer="Ethernet"))
+    assert read_ib_ports(tmp_path / "absent") == ()
