@@ -19,7 +19,7 @@ import time
 
 from gpudoctor.cli.output import EXIT_FINDINGS, FailOn, emit_json, exit_code, fail, stderr_console, stdout_console
 
-STORE_TIMEOUT_S = 10.0  # a TCP connect on a working network takes milliseconds
+STORE_TIMEOUT_S = 30.0  # refused connects are retried this long: the store's host may be starting
 CPU_SIZES = (1 << 20, 4 << 20)  # gloo on the CPU: small, the check must stay quick
 GPU_SIZES = (64 << 20, 256 << 20)  # NCCL reaches most of its bus bandwidth by 256 MiB
 USAGE = ("--cluster runs on every rank of a torchrun job, e.g. on each node: torchrun --nnodes 2 "
@@ -89,10 +89,16 @@ def run_cluster(*, timeout_s: float, fail_on: FailOn, json_output: bool) -> int:
         fail(f"not under torchrun (WORLD_SIZE={os.environ.get('WORLD_SIZE', 'unset')}, "
              f"MASTER_ADDR={env.master_addr or 'unset'}). {USAGE}")
     from gpudoctor.collectors.cluster import probe_store
+    from gpudoctor.records.cluster import StoreProbe
 
     start = time.perf_counter()
     host = socket.gethostname()
-    store = probe_store(env.master_addr, env.master_port, min(timeout_s, STORE_TIMEOUT_S))
+    if env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
+        # launched without torchrun's agent store: rank 0 opens the store itself when it joins
+        store = StoreProbe(addr=env.master_addr, port=env.master_port, ok=True, ms=0.0,
+                           error="opened by this rank")
+    else:
+        store = probe_store(env.master_addr, env.master_port, min(timeout_s, STORE_TIMEOUT_S))
     if not store.ok:
         _say(f"gpudoctor check --cluster: rank {env.rank} on {host} cannot reach the rendezvous store "
              f"at {env.master_addr}:{env.master_port}: {store.error}. Every rank connects there "
@@ -113,7 +119,10 @@ def _joined(env, store, host: str, start: float, *, timeout_s: float, fail_on: F
     except (RuntimeError, ValueError) as exc:  # DistStoreError / timeouts are RuntimeErrors
         _say(f"gpudoctor check --cluster: rank {env.rank} on {host} could not join the process group "
              f"within {timeout_s:g} s ({str(exc).splitlines()[0][:300]}): a rank did not start or "
-             "cannot reach the store; see the other nodes' output.")
+             "cannot reach the store, or the nodes cannot connect to each other (gloo and NCCL open "
+             "connections between every pair of nodes on ephemeral ports: a firewall between the "
+             "nodes, or GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME on the wrong interface); see the "
+             "other nodes' output.")
         return EXIT_FINDINGS
     finished = False
     try:

@@ -31,16 +31,28 @@ IB_ROOT = Path("/sys/class/infiniband")
 
 
 def probe_store(addr: str, port: str, timeout_s: float) -> StoreProbe:
-    """Open (and close) a TCP connection to the store; the error in words when it fails."""
+    """Open (and close) a TCP connection to the store; the error in words when it fails.
+
+    A refused connection is retried until ``timeout_s`` (the store's host may still be starting:
+    outside torchrun, rank 0 opens the store inside ``init_process_group``).
+    """
     try:
         port_number = int(port)
     except ValueError:
         return StoreProbe(addr=addr, port=port, ok=False, timeout_s=timeout_s,
                           error=f"MASTER_PORT={port!r} is not a port number")
     start = time.perf_counter()
+    deadline = start + timeout_s
     try:
-        with socket.create_connection((addr, port_number), timeout=timeout_s):
-            pass
+        while True:
+            try:
+                with socket.create_connection((addr, port_number),
+                                              timeout=max(0.1, deadline - time.perf_counter())):
+                    break
+            except ConnectionRefusedError:
+                if time.perf_counter() + 0.5 > deadline:
+                    raise
+                time.sleep(0.5)
     except socket.gaierror as exc:
         return StoreProbe(addr=addr, port=port, ok=False, timeout_s=timeout_s,
                           error=f"MASTER_ADDR {addr!r} does not resolve here ({exc.strerror or exc})")
@@ -50,8 +62,8 @@ def probe_store(addr: str, port: str, timeout_s: float) -> StoreProbe:
                                 "the wrong address)")
     except OSError as exc:
         return StoreProbe(addr=addr, port=port, ok=False, timeout_s=timeout_s,
-                          error=f"{exc.strerror or exc} (nothing listens there: node 0 not started, "
-                                "or another port)")
+                          error=f"{exc.strerror or exc} for {timeout_s:g} s (nothing listens there: "
+                                "node 0 not started, or another port)")
     return StoreProbe(addr=addr, port=port, ok=True, timeout_s=timeout_s,
                       ms=(time.perf_counter() - start) * 1000.0)
 

@@ -8,6 +8,7 @@ import io
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -193,6 +194,25 @@ def test_store_probe_reports_refused_and_unresolvable_quickly():
     assert not bad.ok and "does not resolve" in bad.error
     assert not probe_store("127.0.0.1", "http", 2.0).ok
     assert time.perf_counter() - start < 10
+
+
+def test_store_probe_waits_for_a_store_that_starts_late():
+    port = _closed_port()
+    server = socket.socket()
+
+    def listen_later():
+        time.sleep(1.0)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    thread = threading.Thread(target=listen_later)
+    thread.start()
+    try:
+        probe = probe_store("127.0.0.1", str(port), 10.0)
+    finally:
+        thread.join()
+        server.close()
+    assert probe.ok and probe.ms >= 900.0
 
 
 def test_cli_says_the_store_is_unreachable_and_exits_1(tmp_path):
