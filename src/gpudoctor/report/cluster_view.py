@@ -65,9 +65,8 @@ def render_cluster(console: Console, report: ClusterReport) -> None:
         console.print("No differences between nodes in driver, CUDA, torch, NCCL, packages, "
                       "environment variables, GPUs or clocks.")
     console.print(checks_table(report))
-    worst = max((Verdict.FAIL if c.verdict is Verdict.FAIL else Verdict.WARN
-                 for c in report.checks if c.verdict in (Verdict.WARN, Verdict.FAIL)),
-                key=lambda v: v is Verdict.FAIL, default=Verdict.WARN if report.differences else Verdict.PASS)
+    verdicts = {c.verdict for c in report.checks} | {d.verdict for d in report.differences}
+    worst = next((v for v in (Verdict.FAIL, Verdict.WARN) if v in verdicts), Verdict.PASS)
     line = Text(report.summary, style=STYLES[worst])
     line.append(f"  ({report.duration_ms / 1000:.1f} s)", style="dim")
     console.print(line)
