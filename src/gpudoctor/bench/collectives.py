@@ -54,7 +54,7 @@ def bus_factor(op: str, n: int) -> float:
     raise ValueError(f"collective {op!r} is not one of {', '.join(OPS)}")
 
 
-def _collective(op: str, nbytes: int, n: int, device):
+def _collective(op: str, nbytes: int, n: int, device, group=None):
     """Buffers for one size and the call; ``nbytes`` rounded down to whole elements per rank."""
     import torch
     import torch.distributed as dist
@@ -62,42 +62,46 @@ def _collective(op: str, nbytes: int, n: int, device):
     count = max(nbytes // (ELEMENT_BYTES * n), 1) * n  # total elements, divisible by n
     if op == "all_reduce":
         buf = torch.randn(count, device=device)
-        return count * ELEMENT_BYTES, lambda: dist.all_reduce(buf)
+        return count * ELEMENT_BYTES, lambda: dist.all_reduce(buf, group=group)
     whole = torch.randn(count, device=device)
     part = torch.randn(count // n, device=device)
     if op == "all_gather":
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        return count * ELEMENT_BYTES, lambda: gather(whole, part)
+        return count * ELEMENT_BYTES, lambda: gather(whole, part, group=group)
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return count * ELEMENT_BYTES, lambda: scatter(part, whole)
+    return count * ELEMENT_BYTES, lambda: scatter(part, whole, group=group)
 
 
-def _slowest_rank(times: list[float], device) -> list[float]:
+def _slowest_rank(times: list[float], device, group=None) -> list[float]:
     """Per-run time of the slowest rank (a collective finishes when its last rank does)."""
     import torch
     import torch.distributed as dist
 
     t = torch.tensor(times, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return t.tolist()  # sync point: copies the maxima back to the host
 
 
-def measure(op: str, nbytes: int, *, quick: bool, device) -> BenchResult:
-    """Time one collective at one size on this rank (every rank must call it in the same order)."""
+def measure(op: str, nbytes: int, *, quick: bool, device, group=None) -> BenchResult:
+    """Time one collective at one size on this rank (every rank must call it in the same order).
+
+    ``group``: the process group to run over (default: all ranks); ``check --cluster`` measures
+    one rank per node, then the ranks of each node.
+    """
     import torch.distributed as dist
 
-    n = dist.get_world_size()
-    total, call = _collective(op, nbytes, n, device)
+    n = dist.get_world_size(group)
+    total, call = _collective(op, nbytes, n, device, group)
     on_gpu = device.type == "cuda"
     if on_gpu:
         times = time_gpu(call, QUICK_PROTOCOL if quick else GPU_PROTOCOL)
     else:
         times = time_host(call, CPU_PROTOCOL)
-    times = _slowest_rank(times, device)
+    times = _slowest_rank(times, device, group)
     factor = bus_factor(op, n)
     busbw = spread([total / (ms / 1000.0) / 1e9 * factor for ms in times if ms > 0])
     t_ms = median_ms(times)
-    backend = dist.get_backend()
+    backend = dist.get_backend(group)
     return BenchResult(
         section="collectives",
         op=op,

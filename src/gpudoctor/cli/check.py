@@ -170,6 +170,11 @@ def register(app: typer.Typer) -> None:
             None, "--junit", metavar="FILE",
             help="Also write JUnit XML for CI to FILE: a test case per row (and per --against "
             "difference), failed at or above --fail-on, skipped for SKIP rows."),
+        cluster: bool = typer.Option(
+            False, "--cluster",
+            help="Under torchrun, on every node: compare all ranks' environments (rank 0 prints "
+            "what differs), check the rendezvous store, NCCL's interfaces, and time an all-reduce "
+            "between nodes and within each (--timeout bounds joining the group)."),
     ) -> None:
         """Check the GPU stack layer by layer: which layer is broken, and how to fix it.
 
@@ -190,10 +195,19 @@ def register(app: typer.Typer) -> None:
           gpudoctor check --lock rebuild/   # requirements.lock + Dockerfile
           gpudoctor check --lock rebuild/ --from env.json
           gpudoctor check --junit check.xml     # for the CI's test report
+          torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d \\
+            --rdzv-endpoint node0:29500 -m gpudoctor check --cluster   # on each node
         """
         freeze = pick_out(freeze, freeze_old, "--freeze")
         if timeout <= 0:
             fail(f"--timeout must be a positive number of seconds, got {timeout}; try 60")
+        if cluster:
+            if freeze or against or facts_file or lock or lock_from:
+                fail("--cluster compares the nodes of a running torchrun job; run --out, "
+                     "--against, --facts and --lock without it")
+            from gpudoctor.cli.check_cluster import run_cluster
+
+            raise typer.Exit(run_cluster(timeout_s=timeout, fail_on=fail_on, json_output=json_output))
         from gpudoctor.analysis.env_diff import KIND, diff, freeze as freeze_env
         from gpudoctor.analysis.env_rules import check_env
         from gpudoctor.records.base import SCHEMA_VERSION, write_json

@@ -160,10 +160,26 @@ def _plain(breakdown: Any) -> dict:
     return dataclasses.asdict(breakdown)
 
 
+def _merged(run_dirs: list[Path]) -> tuple[Any, list]:
+    """The run directories of one job's nodes as one run, and its findings (not written)."""
+    from gpudoctor.analysis.diagnose import diagnose
+    from gpudoctor.analysis.run_merge import MergeError, merge_runs
+
+    if len(set(p.resolve() for p in run_dirs)) < len(run_dirs):
+        raise GpuDoctorUserError("the same run directory is given twice; give each node's once")
+    try:
+        run = merge_runs([load(d) for d in run_dirs])
+    except MergeError as exc:
+        raise GpuDoctorUserError(f"{exc}; give the run directories of one job's nodes") from None
+    return run, list(diagnose(run))
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def diagnose(
-        run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run`."),
+        run_dirs: list[Path] = typer.Argument(
+            ..., metavar="RUN_DIR", help="A run directory made by `gpudoctor run`; several: the "
+            "run directories of one multi-node job's nodes, diagnosed as one run."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON."),
         top: int = typer.Option(5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none)."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
@@ -172,7 +188,9 @@ def register(app: typer.Typer) -> None:
         """Re-analyse a recorded run directory and print its findings.
 
         The analysis is pure, so a run recorded on a GPU machine can be diagnosed anywhere, without
-        torch. findings.json in RUN_DIR is rewritten.
+        torch. findings.json in RUN_DIR is rewritten. Several RUN_DIRs (one per node of a
+        torchrun --nnodes job, each from that node's `gpudoctor run`) are merged into one run of
+        all their ranks and diagnosed together; nothing is written into them then.
 
         Exit codes: 0 no finding at or above --fail-on; 1 findings at or above --fail-on (default
         warn); 2 usage or input error (no such directory, a damaged run); 130 interrupted.
@@ -183,11 +201,15 @@ def register(app: typer.Typer) -> None:
           gpudoctor diagnose RUN_DIR --json > findings.json
           gpudoctor diagnose RUN_DIR --fail-on error   # CI: fail on errors only
           gpudoctor diagnose RUN_DIR --price-per-gpu-hour 2.5   # what it costs
+          gpudoctor diagnose node0/run node1/run   # a 2-node job, a run each
         """
         from gpudoctor.cli.output import emit_json, exit_code, stdout_console
 
-        run = load(run_dir)
-        findings = analyse(run)
+        if len(run_dirs) == 1:
+            run = load(run_dirs[0])
+            findings = analyse(run)
+        else:
+            run, findings = _merged(run_dirs)
         if json_output:
             emit_json(payload(run, findings, price))
         else:

@@ -241,16 +241,26 @@ def _ranks(run_dir: Path) -> list[int]:
     return sorted(ranks)
 
 
-def _pid_ranks(run_dir: Path) -> dict[int, int]:
-    """pid -> rank, from the rank configs (written at each rank's first step)."""
-    out = {}
+def _configs(run_dir: Path) -> list[RankConfig]:
+    """The rank configs written so far (each rank writes its own at its first step)."""
+    out = []
     for path in run_dir.glob("config-rank*.json"):
         try:
-            config = read_json(path, RankConfig, kind=KIND_CONFIG)
+            out.append(read_json(path, RankConfig, kind=KIND_CONFIG))
         except (SchemaError, OSError):
             continue
-        out[config.pid] = config.rank
     return out
+
+
+def _pid_ranks(run_dir: Path) -> dict[int, int]:
+    """pid -> rank, from the rank configs."""
+    return {config.pid: config.rank for config in _configs(run_dir)}
+
+
+def _world_size(run_dir: Path, ranks: list[int]) -> int | None:
+    """The job's world size: the ranks' own (under torchrun --nnodes N this node records only
+    its ranks, a part of the world), else the ranks recorded here."""
+    return max([c.world_size for c in _configs(run_dir)] + [len(ranks)]) or None
 
 
 def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
@@ -374,7 +384,7 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
         status=status,
         error=error,
         ranks=tuple(ranks),
-        world_size=len(ranks) or None,
+        world_size=_world_size(run_dir, ranks),
         notes=tuple(notes),
         steps_recorded=tuple(counts.get(r, 0) for r in ranks),
         idle_s=round(watch.idle_s, 1) if watch.idle_s is not None else None,
