@@ -1,0 +1,297 @@
+"""Where, in the user's file, the code a finding is about lives — or ``None``: then no patch.
+
+Everything here is static and conservative, built on lint's file context
+(:func:`gpudoctor.lint.walker.build_context`):
+
+- the training loop: the loop around the first ``.backward()`` whose loop (or an enclosing one)
+  also steps an optimizer (:func:`gpudoctor.lint.walker.is_optimizer_step`);
+- the loader: the ``DataLoader(...)`` the training loop iterates (``for b in loader``,
+  ``enumerate(loader)``, ``tqdm(loader)``), assigned once in the same scope;
+- the model: the name whose ``.parameters()`` built that optimizer; its assignment before the loop;
+- the forward: the statements of the loop's block from the first that calls the model to the one
+  that assigns the loss ``.backward()`` is called on — simple statements only;
+- the batch copies: ``.to(...)``/``.cuda()`` on the loop's target names.
+
+A construct not matched exactly (a training step in a helper, ``**kwargs`` into the loader, a loss
+computed in a ``with`` block ...) leaves the field ``None`` and the finding gets text advice.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from gpudoctor.fix.ops import Pos
+from gpudoctor.lint.flow import parents
+from gpudoctor.lint.rules.gd104_dataloader_defaults import LOADERS
+from gpudoctor.lint.scope import FileContext
+from gpudoctor.lint.walker import build_context, is_backward, is_optimizer_step
+
+_ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip"})
+_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
+DIST_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler",
+                           "torch.utils.data.distributed.DistributedSampler"})
+
+
+@dataclass
+class Located:
+    """The training code of one file; a field is ``None`` (or empty) where it was not found safely."""
+
+    ctx: FileContext
+    lines: list[str]
+    loop: ast.For | None = None
+    func: ast.AST | None = None  # the function holding the loop (None: module level)
+    backward: ast.Call | None = None
+    step: ast.Call | None = None
+    loss: str | None = None
+    optimizer: str | None = None
+    model: str | None = None
+    model_assign: ast.stmt | None = None
+    loader_call: ast.Call | None = None
+    batch_names: frozenset[str] = frozenset()
+    batch_moves: list[ast.Call] = field(default_factory=list)
+    forward: tuple[ast.stmt, ast.stmt] | None = None  # first and last statement, one block
+    forward_input: str | None = None  # the name passed first to the model, if a plain name
+    autocast: bool = False  # the script already uses autocast somewhere
+    torch_name: bool = False  # ``import torch`` binds ``torch``
+    conv: bool = False  # the file builds convolutions
+    notes: list[str] = field(default_factory=list)
+
+    def pos(self, node: ast.AST) -> Pos:
+        """``(line, character column)`` of ``node`` (ast columns count UTF-8 bytes)."""
+        text = self.lines[node.lineno - 1]
+        return node.lineno, len(text.encode("utf-8")[:node.col_offset].decode("utf-8", errors="ignore"))
+
+    def stmt_of(self, node: ast.AST) -> ast.stmt:
+        """The innermost statement holding ``node``."""
+        up = parents(self.ctx)
+        while not isinstance(node, ast.stmt):
+            node = up[id(node)]
+        return node
+
+    def block_of(self, stmt: ast.stmt) -> list[ast.stmt] | None:
+        """The statement list ``stmt`` sits in (a body, an ``orelse`` ...), or ``None``."""
+        parent = parents(self.ctx).get(id(stmt), self.ctx.tree)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(parent, name, None)
+            if isinstance(block, list) and any(s is stmt for s in block):
+                return block
+        return None
+
+    def enclosing_loops(self) -> list[ast.AST]:
+        """The loops around the training loop, outermost first (within its function)."""
+        up = parents(self.ctx)
+        out, node = [], up.get(id(self.loop))
+        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, (ast.For, ast.While)):
+                out.append(node)
+            node = up.get(id(node))
+        return out[::-1]
+
+
+def _names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _iterated_name(it: ast.AST) -> str | None:
+    """``loader`` of ``loader``, ``enumerate(loader)``, ``tqdm(loader, ...)``."""
+    if isinstance(it, ast.Name):
+        return it.id
+    if isinstance(it, ast.Call) and it.args and isinstance(it.func, ast.Name) and it.func.id in _ITER_WRAPPERS:
+        return _iterated_name(it.args[0])
+    return None
+
+
+def locate(source: str, path: str = "<script>") -> Located:
+    """Find the training code of ``source``. Raises ``SyntaxError`` for a file that does not parse."""
+    tree = ast.parse(source, filename=path)
+    ctx = build_context(path, source, tree)
+    found = Located(ctx=ctx, lines=source.split("\n"))
+    found.torch_name = ctx.imports.get("torch") == "torch"
+    found.autocast = "autocast" in source
+    found.conv = any((ctx.qualname(c.func) or "").startswith("torch.nn.Conv") for c, _ in ctx.calls)
+    backwards = [(c, w) for c, w in ctx.calls if is_backward(c) and w.loop is not None]
+    if not backwards:
+        found.notes.append("no .backward() inside a loop: the training loop was not found")
+        return found
+    backward, where = backwards[0]
+    steps = [c for c, w in ctx.calls if is_optimizer_step(c, ctx, w) and where.loop in w.loops]
+    if not isinstance(where.loop, ast.For) or not steps:
+        found.notes.append("the loop that calls .backward() does not step an optimizer in a for loop")
+        return found
+    found.loop, found.func, found.backward, found.step = where.loop, where.func, backward, steps[0]
+    if isinstance(backward.func, ast.Attribute) and isinstance(backward.func.value, ast.Name):
+        found.loss = backward.func.value.id
+    step_recv = steps[0].func.value if isinstance(steps[0].func, ast.Attribute) else None
+    if isinstance(step_recv, ast.Name):
+        found.optimizer = step_recv.id
+    _find_model(found)
+    _find_loader(found)
+    _find_batch_moves(found)
+    _find_forward(found)
+    return found
+
+
+def _find_model(found: Located) -> None:
+    ctx = found.ctx
+    if found.optimizer is None:
+        return
+    for value in ctx.assigned(found.optimizer, found.func):
+        if isinstance(value, ast.Call) and value.args:
+            first = value.args[0]
+            if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute)
+                    and first.func.attr == "parameters" and isinstance(first.func.value, ast.Name)):
+                found.model = first.func.value.id
+    if found.model is None:
+        found.notes.append(f"the model {found.optimizer} trains was not found (optimizer built from model.parameters())")
+        return
+    before = [s for s in ast.walk(found.func or ctx.tree) if isinstance(s, ast.Assign) and len(s.targets) == 1
+              and isinstance(s.targets[0], ast.Name) and s.targets[0].id == found.model
+              and s.lineno < found.loop.lineno and found.block_of(s) is not None]
+    scoped = [s for s in before if _scope(found, s) is found.func]
+    if scoped:
+        found.model_assign = max(scoped, key=lambda s: s.lineno)
+
+
+def _scope(found: Located, node: ast.AST) -> ast.AST | None:
+    up = parents(found.ctx)
+    node = up.get(id(node))
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        node = up.get(id(node))
+    return node
+
+
+def _find_loader(found: Located) -> None:
+    ctx, loop = found.ctx, found.loop
+    it = loop.iter
+    if isinstance(it, ast.Call) and ctx.qualname(it.func) in LOADERS:
+        found.loader_call = it
+        return
+    name = _iterated_name(it)
+    if name is None:
+        found.notes.append("the training loop does not iterate a named loader")
+        return
+    values = ctx.assigned(name, found.func)
+    calls = [v for v in values if isinstance(v, ast.Call) and ctx.qualname(v.func) in LOADERS]
+    if len(calls) != 1 or len(values) != 1:
+        found.notes.append(f"{name} is not assigned from one DataLoader(...) call")
+        return
+    call = calls[0]
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        found.notes.append("the DataLoader call passes *args/**kwargs: its arguments are not known")
+        return
+    if len(call.args) > 5:  # num_workers is the sixth positional parameter
+        found.notes.append("the DataLoader call passes num_workers or later arguments by position")
+        return
+    found.loader_call = call
+
+
+def _find_batch_moves(found: Located) -> None:
+    loop = found.loop
+    found.batch_names = frozenset(_names(loop.target))
+    for node in ast.walk(loop):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("to", "cuda")):
+            continue
+        recv = node.func.value
+        base = recv.value if isinstance(recv, ast.Subscript) else recv
+        if isinstance(base, ast.Name) and base.id in found.batch_names:
+            if not any(k.arg in ("non_blocking", None) for k in node.keywords):
+                found.batch_moves.append(node)
+
+
+def _calls_model(stmt: ast.stmt, model: str) -> ast.Call | None:
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model:
+            return node
+    return None
+
+
+def _find_forward(found: Located) -> None:
+    if found.loss is None or found.model is None:
+        return
+    back_stmt = found.stmt_of(found.backward)
+    block = found.block_of(back_stmt)
+    if block is None:
+        return
+    at = next(i for i, s in enumerate(block) if s is back_stmt)
+    loss_at = next((i for i in range(at - 1, -1, -1) if isinstance(block[i], ast.Assign)
+                    and any(found.loss in _names(t) for t in block[i].targets)), None)
+    if loss_at is None:
+        found.notes.append(f"{found.loss} is not assigned in the block that calls {found.loss}.backward()")
+        return
+    first = None
+    for i in range(loss_at, -1, -1):
+        if not isinstance(block[i], _SIMPLE):
+            break
+        if _calls_model(block[i], found.model) is not None:
+            first = i
+    if first is None:
+        found.notes.append(f"the forward call {found.model}(...) was not found before the loss")
+        return
+    found.forward = (block[first], block[loss_at])
+    call = _calls_model(block[first], found.model)
+    if call is not None and call.args and isinstance(call.args[0], ast.Name):
+        found.forward_input = call.args[0].id
+
+
+def epoch_loop(found: Located) -> tuple[ast.For, str] | None:
+    """The ``for EPOCH in ...`` loop around the training loop, and its variable."""
+    for loop in reversed(found.enclosing_loops()):
+        if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name):
+            return loop, loop.target.id
+    return None
+
+
+def sampler_name(found: Located) -> str | None:
+    """The name of the DistributedSampler the training loader draws from."""
+    if found.loader_call is None:
+        return None
+    value = next((k.value for k in found.loader_call.keywords if k.arg == "sampler"), None)
+    if not isinstance(value, ast.Name):
+        return None
+    assigned = found.ctx.assigned(value.id, found.func)
+    if assigned and all(isinstance(v, ast.Call) and found.ctx.qualname(v.func) in DIST_SAMPLERS for v in assigned):
+        return value.id
+    return None
+
+
+def item_accumulations(found: Located) -> list[ast.Call]:
+    """The ``.item()`` calls of ``acc += X.item()`` in the training loop, unguarded, whose ``acc``
+    is read only through formatted f-string fields (``{acc / 20:.3f}``: a 0-d tensor formats the same)
+    and otherwise only reset to a number — so summing the tensor instead changes no output."""
+    if found.loop is None:
+        return []
+    scope = found.func or found.ctx.tree
+    out = []
+    for node in ast.walk(found.loop):
+        if not (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add)
+                and isinstance(node.target, ast.Name) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "item"
+                and not node.value.args):
+            continue
+        if _only_formatted(scope, node.target.id, node):
+            out.append(node.value)
+    return out
+
+
+def _only_formatted(scope: ast.AST, name: str, aug: ast.AugAssign) -> bool:
+    formatted = set()
+    for node in ast.walk(scope):
+        if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
+            formatted |= {id(n) for n in ast.walk(node.value)}
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == name:
+            if isinstance(node.ctx, ast.Load) and id(node) not in formatted:
+                return False
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            if not (len(node.targets) == 1 and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, (int, float))):
+                return False
+        if isinstance(node, ast.AugAssign) and node is not aug and isinstance(node.target, ast.Name) \
+                and node.target.id == name:
+            return False
+    return True
+
+
+__all__ = ["Located", "epoch_loop", "item_accumulations", "locate", "sampler_name"]

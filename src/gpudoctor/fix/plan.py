@@ -1,0 +1,190 @@
+"""Findings -> located :class:`~gpudoctor.fix.ops.Change` objects, or text advice.
+
+One change per fix, each the code form of a ``--try`` knob (:mod:`gpudoctor.analysis.knob_map`
+decides which knobs verify which finding; the loader values come from the same
+:func:`~gpudoctor.analysis.knob_map.loader_plan` that ``--try`` and the finding's text use):
+
+=====================  ==============================================================
+finding                changes
+=====================  ==============================================================
+GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch)
+                       and ``non_blocking`` on the batch copies when memory is pinned
+GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
+GD-RUN-H2D-BLOCKING    ``non_blocking`` (with pin_memory: non_blocking needs pinned memory)
+GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`` (knob_map.fp32_knobs)
+GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
+GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
+GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same)
+GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, read when printed)
+GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler, first thing in the epoch loop
+=====================  ==============================================================
+
+Only WARN (or worse) findings are patched: a tuned script gets no patch.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from gpudoctor.analysis.facts import main_loader
+from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
+from gpudoctor.fix.locate import Located, epoch_loop, item_accumulations, sampler_name
+from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op
+from gpudoctor.records.finding import Finding
+from gpudoctor.records.run import RankConfig
+
+PATCHED = ("GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE", "GD-RUN-H2D-BLOCKING", "GD-RUN-FP32-COMPUTE",
+           "GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK", "GD-RUN-LAUNCH-BOUND", "GD-RUN-HOST-SYNC",
+           "GD-RUN-NO-SET-EPOCH")
+PRECISION = frozenset({"bf16", "tf32"})
+WHY = {
+    "loader": "load batches in worker processes, pinned, kept alive and prefetched",
+    "pin_memory": "page-locked batches copy faster and can overlap compute",
+    "non_blocking": "copy the batch from pinned memory without blocking the host",
+    "cudnn_benchmark": "pick the fastest convolution algorithms for these fixed shapes",
+    "tf32": "precision: TF32 tensor cores for fp32 matmuls and convolutions",
+    "channels_last": "channels-last convolutions on tensor cores (model and 4-D input)",
+    "bf16": "precision: bf16 autocast over the forward and loss (no GradScaler needed)",
+    "compile": "fuse the many small kernels of a launch-bound step",
+    "item": "sum the loss on the device; it is read only when printed, not every step",
+    "set_epoch": "a different shuffle every epoch on every rank",
+}
+
+
+@dataclass
+class Plan:
+    """What ``fix`` can patch in one file, and what it can only prescribe."""
+
+    changes: list[Change] = field(default_factory=list)
+    advice: list[Advice] = field(default_factory=list)
+
+
+def _kinds(finding: Finding, config: RankConfig | None, on_gpu: bool) -> list[str]:
+    code = finding.code
+    if code == "GD-RUN-DATALOADER":
+        plan = loader_plan(main_loader(config), config, on_gpu)
+        kinds = ["loader"] if (plan.workers or plan.pin_memory or plan.persistent_workers
+                               or plan.prefetch_factor) else []
+        return kinds + (["non_blocking"] if plan.non_blocking else [])
+    if code == "GD-RUN-H2D-PAGEABLE":
+        return ["pin_memory", "non_blocking"]
+    if code == "GD-RUN-H2D-BLOCKING":
+        return ["non_blocking"]
+    if code == "GD-RUN-FP32-COMPUTE":
+        return fp32_knobs(config)
+    return {"GD-RUN-CHANNELS-LAST": ["channels_last"], "GD-RUN-CUDNN-BENCHMARK": ["cudnn_benchmark"],
+            "GD-RUN-LAUNCH-BOUND": ["compile"], "GD-RUN-HOST-SYNC": ["item"],
+            "GD-RUN-NO-SET-EPOCH": ["set_epoch"]}.get(code, [])
+
+
+def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None) -> Plan:
+    """The changes for the WARN-or-worse findings with a code fix, in the findings' order."""
+    on_gpu = config is not None and config.device.startswith("cuda")
+    plan, done = Plan(), set()
+    for finding in findings:
+        if finding.code not in PATCHED or finding.severity.value == "info":
+            continue
+        for kind in _kinds(finding, config, on_gpu):
+            if kind in done:
+                continue
+            done.add(kind)
+            change, reason = _change(kind, finding.code, found, config, on_gpu)
+            if change is not None:
+                plan.changes.append(change)
+            else:
+                plan.advice.append(Advice(code=finding.code, reason=f"{kind}: {reason}", fix=finding.fix))
+    # non_blocking copies only help from pinned memory: keep the pair together
+    if any(c.kind == "non_blocking" for c in plan.changes) and not _pinned(found, plan):
+        plan.changes = [c for c in plan.changes if c.kind != "non_blocking"]
+    return plan
+
+
+def _pinned(found: Located, plan: Plan) -> bool:
+    if any(c.kind in ("loader", "pin_memory") and any("pin_memory" in dict(o.kwargs) for o in c.ops)
+           for c in plan.changes):
+        return True
+    call = found.loader_call
+    return call is not None and any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant)
+                                    and k.value.value is True for k in call.keywords)
+
+
+def _change(kind: str, code: str, found: Located, config: RankConfig | None,
+            on_gpu: bool) -> tuple[Change | None, str]:
+    if found.loop is None:
+        return None, "; ".join(found.notes) or "the training loop was not found"
+    if kind in ("cudnn_benchmark", "tf32", "channels_last", "bf16", "compile") and not found.torch_name:
+        return None, "the file does not `import torch` as torch"
+    ops, reason = _ops(kind, found, config, on_gpu)
+    if not ops:
+        return None, reason
+    return Change(kind=kind, code=code, why=WHY[kind], ops=tuple(ops), precision=kind in PRECISION), ""
+
+
+def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
+    if kind in ("loader", "pin_memory"):
+        return _loader_ops(kind, found, config, on_gpu)
+    if kind == "non_blocking":
+        ops = [Op(SET_KWARGS, found.pos(c), found.pos(found.stmt_of(c)), kwargs=(("non_blocking", "True"),))
+               for c in found.batch_moves]
+        return ops, "no .to()/.cuda() of the batch tensors in the training loop"
+    if kind in ("cudnn_benchmark", "tf32", "channels_last", "compile") and found.model_assign is None:
+        return [], f"the assignment of the model ({found.model or 'unknown'}) before the loop was not found"
+    at = found.pos(found.model_assign) if found.model_assign is not None else None
+    if kind == "cudnn_benchmark":
+        return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cudnn.benchmark = True",))], ""
+    if kind == "tf32":
+        return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cuda.matmul.allow_tf32 = True",
+                                                 "torch.backends.cudnn.allow_tf32 = True"))], ""
+    if kind == "compile":
+        return [Op(INSERT_AFTER, at, at, text=(f"{found.model}.compile()",))], ""
+    if kind == "channels_last":
+        if not found.conv:
+            return [], "no convolution built in this file"
+        ops = [Op(INSERT_AFTER, at, at, text=(f"{found.model} = {found.model}.to(memory_format=torch.channels_last)",))]
+        if found.forward is not None and found.forward_input is not None:
+            x = found.forward_input
+            first = found.pos(found.forward[0])
+            ops.append(Op(INSERT_BEFORE, first, first, text=(
+                f"{x} = {x}.contiguous(memory_format=torch.channels_last) if {x}.dim() == 4 else {x}",)))
+        return ops, ""
+    if kind == "bf16":
+        if found.autocast:
+            return [], "the script already uses autocast"
+        if found.forward is None:
+            return [], "; ".join(found.notes) or "the forward and loss were not located"
+        first, last = (found.pos(s) for s in found.forward)
+        device = "cuda" if on_gpu or config is None else config.device.partition(":")[0]
+        return [Op(WRAP, first, first, text=(f'torch.autocast("{device}", dtype=torch.bfloat16)',), last=last)], ""
+    if kind == "item":
+        ops = [Op(REPLACE, found.pos(c.func), found.pos(found.stmt_of(c)),
+                  text=(f"{ast.unparse(c.func.value)}.detach", ast.unparse(c.func))) for c in item_accumulations(found)]
+        return ops, "no `total += loss.item()` read only in formatted output in the training loop"
+    if kind == "set_epoch":
+        sampler, outer = sampler_name(found), epoch_loop(found)
+        if sampler is None or outer is None:
+            return [], "the DistributedSampler or the epoch loop around the training loop was not found"
+        loop, var = outer
+        first = found.pos(loop.body[0])
+        return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
+    return [], f"no code form for {kind}"
+
+
+def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
+    call = found.loader_call
+    if call is None:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
+    if kind == "pin_memory":
+        kwargs = (("pin_memory", "True"),)
+    else:
+        plan = loader_plan(main_loader(config), config, on_gpu)
+        pairs = [("num_workers", str(plan.workers))] if plan.workers is not None else []
+        pairs += [(name, "True") for name in ("pin_memory", "persistent_workers") if getattr(plan, name)]
+        pairs += [("prefetch_factor", str(plan.prefetch_factor))] if plan.prefetch_factor is not None else []
+        kwargs = tuple(pairs)
+    if not kwargs:
+        return [], "the loader already has the planned settings"
+    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs)], ""
+
+
+__all__ = ["PATCHED", "WHY", "Plan", "plan_fix"]
