@@ -42,8 +42,8 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
         for op in change.ops:
             owner[id(op)] = change
             by_kind[op.kind].setdefault(op.at, []).append(op)
-            if op.kind in (SET_KWARGS, REPLACE) and change.comment not in comments.get(op.stmt, []):
-                comments.setdefault(op.stmt, []).append(change.comment)
+            if op.kind in (SET_KWARGS, REPLACE) and change.comment_for(op) not in comments.get(op.stmt, []):
+                comments.setdefault(op.stmt, []).append(change.comment_for(op))
     applied: set[int] = set()
 
     def comment_line(text: str):
@@ -51,7 +51,7 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
 
     def statements(op: Op) -> list:
         out = [cst.parse_statement(line) for line in op.text]
-        out[0] = out[0].with_changes(leading_lines=[comment_line(owner[id(op)].comment)])
+        out[0] = out[0].with_changes(leading_lines=[comment_line(owner[id(op)].comment_for(op))])
         return out
 
     def kwarg(name: str, value: str):
@@ -120,7 +120,7 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
                     with_node = cst.With(
                         items=[cst.WithItem(item=cst.parse_expression(op.text[0]))],
                         body=cst.IndentedBlock(body=inner),
-                        leading_lines=[*node.leading_lines, comment_line(owner[id(op)].comment)])
+                        leading_lines=[*node.leading_lines, comment_line(owner[id(op)].comment_for(op))])
                     out.append(with_node)
                     last = self._pos(originals[j])
                     out += [s for op in by_kind[INSERT_AFTER].get(last, ()) for s in self._after(op)]

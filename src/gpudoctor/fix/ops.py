@@ -31,6 +31,7 @@ class Op:
         text: the lines to insert, the ``with`` header, or the replacement expression.
         kwargs: for ``set_kwargs``: ``(name, expression)`` pairs.
         last: for ``wrap``: the last statement wrapped.
+        why: this edit's own reason, when it differs from its change's (a merged change).
     """
 
     kind: str
@@ -39,6 +40,7 @@ class Op:
     text: tuple[str, ...] = ()
     kwargs: tuple[tuple[str, str], ...] = ()
     last: Pos | None = None
+    why: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,9 @@ class Change:
     @property
     def comment(self) -> str:
         return f"# gpudoctor fix: {self.code} — {self.why}"
+
+    def comment_for(self, op: Op) -> str:
+        return f"# gpudoctor fix: {self.code} — {op.why or self.why}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ Only WARN (or worse) findings are patched: a tuned script gets no patch.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass, field
 
 from gpudoctor.analysis.facts import main_loader
@@ -94,16 +95,27 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
                 plan.changes.append(change)
             else:
                 plan.advice.append(Advice(code=finding.code, reason=f"{kind}: {reason}", fix=finding.fix))
-    # non_blocking copies only help from pinned memory: keep the pair together
-    if any(c.kind == "non_blocking" for c in plan.changes) and not _pinned(found, plan):
-        plan.changes = [c for c in plan.changes if c.kind != "non_blocking"]
+    return _pair_non_blocking(found, plan)
+
+
+def _pair_non_blocking(found: Located, plan: Plan) -> Plan:
+    """``non_blocking`` copies only help from pinned memory: with a change that pins the loader it
+    joins that change (measured together); without pinned memory it is left out."""
+    blocking = next((c for c in plan.changes if c.kind == "non_blocking"), None)
+    if blocking is None:
+        return plan
+    rest = [c for c in plan.changes if c is not blocking]
+    pins = next((c for c in rest if c.kind in ("loader", "pin_memory")
+                 and any("pin_memory" in dict(o.kwargs) for o in c.ops)), None)
+    if pins is not None:
+        ops = tuple(dataclasses.replace(o, why=WHY["non_blocking"]) for o in blocking.ops)
+        plan.changes = [dataclasses.replace(c, ops=c.ops + ops) if c is pins else c for c in rest]
+    elif not _pinned(found):
+        plan.changes = rest
     return plan
 
 
-def _pinned(found: Located, plan: Plan) -> bool:
-    if any(c.kind in ("loader", "pin_memory") and any("pin_memory" in dict(o.kwargs) for o in c.ops)
-           for c in plan.changes):
-        return True
+def _pinned(found: Located) -> bool:
     call = found.loader_call
     return call is not None and any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant)
                                     and k.value.value is True for k in call.keywords)
