@@ -10,7 +10,7 @@ finding                changes
 GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch)
                        and ``non_blocking`` on the batch copies when memory is pinned
 GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
-GD-RUN-H2D-BLOCKING    ``non_blocking`` (with pin_memory: non_blocking needs pinned memory)
+GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader does not pin)
 GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`` (knob_map.fp32_knobs)
 GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
@@ -71,7 +71,8 @@ def _kinds(finding: Finding, config: RankConfig | None, on_gpu: bool) -> list[st
     if code == "GD-RUN-H2D-PAGEABLE":
         return ["pin_memory", "non_blocking"]
     if code == "GD-RUN-H2D-BLOCKING":
-        return ["non_blocking"]
+        loader = main_loader(config)
+        return ["non_blocking"] if loader is not None and loader.pin_memory else ["pin_memory", "non_blocking"]
     if code == "GD-RUN-FP32-COMPUTE":
         return fp32_knobs(config)
     return {"GD-RUN-CHANNELS-LAST": ["channels_last"], "GD-RUN-CUDNN-BENCHMARK": ["cudnn_benchmark"],
@@ -90,7 +91,11 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
             if kind in done:
                 continue
             done.add(kind)
+            if kind == "pin_memory" and any(c.kind == "loader" and _sets_pin(c) for c in plan.changes):
+                continue  # the loader change pins already
             change, reason = _change(kind, finding.code, found, config, on_gpu)
+            if change is not None and change.kind == "loader" and _sets_pin(change):
+                plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
             if change is not None:
                 plan.changes.append(change)
             else:
@@ -105,14 +110,17 @@ def _pair_non_blocking(found: Located, plan: Plan) -> Plan:
     if blocking is None:
         return plan
     rest = [c for c in plan.changes if c is not blocking]
-    pins = next((c for c in rest if c.kind in ("loader", "pin_memory")
-                 and any("pin_memory" in dict(o.kwargs) for o in c.ops)), None)
+    pins = next((c for c in rest if c.kind in ("loader", "pin_memory") and _sets_pin(c)), None)
     if pins is not None:
         ops = tuple(dataclasses.replace(o, why=WHY["non_blocking"]) for o in blocking.ops)
         plan.changes = [dataclasses.replace(c, ops=c.ops + ops) if c is pins else c for c in rest]
     elif not _pinned(found):
         plan.changes = rest
     return plan
+
+
+def _sets_pin(change: Change) -> bool:
+    return any("pin_memory" in dict(o.kwargs) for o in change.ops)
 
 
 def _pinned(found: Located) -> bool:
@@ -196,7 +204,17 @@ def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bo
         kwargs = tuple(pairs)
     if not kwargs:
         return [], "the loader already has the planned settings"
-    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs)], ""
+    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs,
+               why=_loader_why(dict(kwargs)))], ""
+
+
+def _loader_why(kwargs: dict[str, str]) -> str:
+    """What the loader keywords do, in the words of the values set."""
+    parts = [f"{kwargs['num_workers']} worker processes load the batches"] if "num_workers" in kwargs else []
+    parts += ["pinned for fast copies"] if "pin_memory" in kwargs else []
+    parts += ["kept alive between epochs"] if "persistent_workers" in kwargs else []
+    parts += [f"{kwargs['prefetch_factor']} batches ahead per worker"] if "prefetch_factor" in kwargs else []
+    return ", ".join(parts)
 
 
 __all__ = ["PATCHED", "WHY", "Plan", "plan_fix"]

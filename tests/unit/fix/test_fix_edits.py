@@ -1,0 +1,140 @@
+"""``gpudoctor fix``'s source changes: one golden diff per change kind, each applied alone to the
+same script, the result still compiling; and what is not located gets text advice, not a patch."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.cli.fix_flow import patch
+from gpudoctor.fix.edit import apply_located
+from gpudoctor.fix.locate import locate
+from gpudoctor.fix.plan import plan_fix
+from gpudoctor.fix.view import unified_diff
+from gpudoctor.records.finding import Finding, Severity
+from gpudoctor.records.run import LoaderConfig, RankConfig
+
+SCRIPT = Path(__file__).resolve().parents[2] / "fixtures" / "fix" / "conv_ddp.py"
+LOADER = LoaderConfig(num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None,
+                      batch_size=32, drop_last=False, sampler="DistributedSampler", dataset="TensorDataset",
+                      batches=8)
+CONFIG = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cuda:0", usable_cpus=16,
+                    loaders=(LOADER,), channels_last=False, cudnn_benchmark=False)
+
+
+def finding(code: str, severity: Severity = Severity.WARN) -> Finding:
+    return Finding(code=code, severity=severity, title=code, evidence=(), fix=f"the fix for {code}")
+
+
+def changes_for(source: str, *codes: str, config: RankConfig = CONFIG):
+    return plan_fix(locate(source), [finding(c) for c in codes], config)
+
+
+# (finding, change kind): every kind fix makes, one golden diff each
+KINDS = [
+    ("GD-RUN-DATALOADER", "loader"),  # with non_blocking on the batch copies (pinned memory)
+    ("GD-RUN-H2D-PAGEABLE", "pin_memory"),  # with non_blocking, measured as one change
+    ("GD-RUN-CUDNN-BENCHMARK", "cudnn_benchmark"),
+    ("GD-RUN-FP32-COMPUTE", "tf32"),
+    ("GD-RUN-CHANNELS-LAST", "channels_last"),
+    ("GD-RUN-FP32-COMPUTE", "bf16"),
+    ("GD-RUN-LAUNCH-BOUND", "compile"),
+    ("GD-RUN-HOST-SYNC", "item"),
+    ("GD-RUN-NO-SET-EPOCH", "set_epoch"),
+]
+
+
+@pytest.mark.parametrize(("code", "kind"), KINDS, ids=[k for _, k in KINDS])
+def test_each_change_kind_matches_its_golden_diff(code: str, kind: str, golden) -> None:
+    source = SCRIPT.read_text(encoding="utf-8")
+    plan = changes_for(source, code)
+    (change,) = [c for c in plan.changes if c.kind == kind]
+    fixed, kept, dropped = apply_located(source, [change])
+    assert kept == [change] and not dropped
+    ast.parse(fixed)  # still Python
+    assert fixed.count("# gpudoctor fix: ") >= 1 and f"# gpudoctor fix: {code} — " in fixed
+    golden(f"fix/{kind}.diff", unified_diff(source, fixed, "conv_ddp.py"))
+
+
+def test_non_blocking_alone_where_the_loader_pins_already(golden) -> None:
+    source = SCRIPT.read_text(encoding="utf-8").replace("num_workers=0,", "pin_memory=True,")
+    pinned = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cuda:0", usable_cpus=16,
+                        loaders=(dataclasses.replace(LOADER, pin_memory=True),))
+    plan = changes_for(source, "GD-RUN-H2D-BLOCKING", config=pinned)
+    assert [c.kind for c in plan.changes] == ["non_blocking"]
+    fixed, _, dropped = apply_located(source, plan.changes)
+    assert not dropped and fixed.count("non_blocking=True") == 2
+    golden("fix/non_blocking.diff", unified_diff(source, fixed, "conv_ddp.py"))
+
+
+def test_lint_rewrites_ride_along_and_everything_together_compiles(golden) -> None:
+    source = SCRIPT.read_text(encoding="utf-8")
+    plan = changes_for(source, *sorted({c for c, _ in KINDS}))
+    assert not plan.advice
+    from gpudoctor.fix.ops import Change
+
+    lint = Change(kind="lint", code="GD204", why="lint --fix's safe rewrites", ops=())
+    fixed, dropped = patch(source, SCRIPT, [*plan.changes, lint])
+    assert not dropped
+    ast.parse(fixed)
+    assert "set_to_none=False" not in fixed  # GD204: zero_grad(set_to_none=True), torch's default
+    golden("fix/all.diff", unified_diff(source, fixed, "conv_ddp.py"))
+
+
+def test_loader_values_come_from_the_loader_plan() -> None:
+    source = SCRIPT.read_text(encoding="utf-8")
+    few = RankConfig(rank=0, local_rank=0, world_size=2, pid=1, device="cuda:0", usable_cpus=6,
+                     local_world_size=2, loaders=(LOADER,))
+    (change,) = [c for c in changes_for(source, "GD-RUN-DATALOADER", config=few).changes if c.kind == "loader"]
+    kwargs = dict(change.ops[0].kwargs)
+    assert kwargs["num_workers"] == "2"  # 6 CPUs over 2 ranks, one left for the training process
+    assert kwargs["pin_memory"] == "True" and kwargs["prefetch_factor"] == "4"
+
+
+def test_info_findings_and_tuned_scripts_get_no_patch() -> None:
+    source = SCRIPT.read_text(encoding="utf-8")
+    plan = plan_fix(locate(source), [finding("GD-RUN-DATALOADER", Severity.INFO)], CONFIG)
+    assert not plan.changes and not plan.advice
+    assert not changes_for(source, "GD-RUN-MEM-LEAK").changes  # no code fix for it here
+
+
+def test_a_training_step_in_a_helper_gets_text_advice() -> None:
+    source = (
+        "import torch\n"
+        "def step(model, batch, opt):\n"
+        "    loss = model(batch).sum()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+    )
+    plan = changes_for(source, "GD-RUN-DATALOADER", "GD-RUN-FP32-COMPUTE")
+    assert not plan.changes
+    assert {a.code for a in plan.advice} == {"GD-RUN-DATALOADER", "GD-RUN-FP32-COMPUTE"}
+    assert all(a.fix.startswith("the fix for") and a.reason for a in plan.advice)
+
+
+def test_item_kept_when_the_sum_is_used_as_a_number() -> None:
+    source = SCRIPT.read_text(encoding="utf-8").replace('print(f"epoch {epoch} step {i} loss {running / 10:.4f}")',
+                                                        "print(running / 10)")
+    plan = changes_for(source, "GD-RUN-HOST-SYNC")
+    assert not plan.changes and plan.advice  # print(tensor) would print differently: no patch
+
+
+def test_already_autocast_gets_no_bf16() -> None:
+    source = SCRIPT.read_text(encoding="utf-8").replace(
+        "            outputs = model(images)\n            loss = criterion(outputs, targets)\n",
+        "            with torch.autocast('cuda'):\n                outputs = model(images)\n"
+        "                loss = criterion(outputs, targets)\n")
+    plan = changes_for(source, "GD-RUN-FP32-COMPUTE")
+    assert "bf16" not in [c.kind for c in plan.changes]
+    assert any("bf16" in a.reason for a in plan.advice)
+
+
+def test_a_statement_sharing_its_line_is_left_alone() -> None:
+    source = SCRIPT.read_text(encoding="utf-8").replace(
+        "    model = nn.Sequential(", "    torch.manual_seed(0); model = nn.Sequential(")
+    plan = changes_for(source, "GD-RUN-CUDNN-BENCHMARK")
+    fixed, kept, dropped = apply_located(source, plan.changes)
+    assert fixed == source and not kept and [c.kind for c in dropped] == ["cudnn_benchmark"]
