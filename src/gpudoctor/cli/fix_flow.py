@@ -167,7 +167,7 @@ def _measure_one(code, script, command, folder: Path, first, steps, repeats, pro
 
 
 def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run) -> None:
-    from gpudoctor.fix.view import advice_lines, change_line, figures, label, loss_table, losses, table, unified_diff
+    from gpudoctor.fix.view import advice_lines, change_line, figures, loss_table, losses, table, unified_diff
 
     name = str(script)
     if not outcomes and not advice:
@@ -186,7 +186,7 @@ def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, 
         before = figures(compare(b_run, b_run), "before", b_run)
     console.print(table(before, after, "before/after (same command and steps, runs interleaved)"
                         if after is not None else "before (the patch was not measured)"))
-    precision = [label(o.change) for o in outcomes if o.kept and o.change.precision]
+    precision = [o.change.kind for o in outcomes if o.kept and o.change.precision]
     if final_run is not None:
         console.print(loss_table(losses(b_run), losses(final_run), precision))
 
