@@ -85,6 +85,13 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
             for i, arg in enumerate(args):
                 if arg.keyword is not None and arg.keyword.value in wanted:
                     args[i] = arg.with_changes(value=cst.parse_expression(wanted.pop(arg.keyword.value)))
+            star = next((i for i, a in enumerate(args) if a.star == "**"), None)
+            if star is not None and wanted:
+                # ``**kw`` may hold the same names: merge into it so the new values win, no clash
+                merged = ", ".join(f'"{name}": {value}' for name, value in wanted.items())
+                code = cst.Module(body=[]).code_for_node(args[star].value)
+                args[star] = args[star].with_changes(value=cst.parse_expression(f"{{**{code}, {merged}}}"))
+                wanted = {}
             extra = [kwarg(name, value) for name, value in wanted.items()]
             if extra and args and isinstance(args[-1].comma, cst.Comma):
                 # one argument per line with a trailing comma: keep that layout

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpudoctor.fix.ops import Pos
 from gpudoctor.lint.flow import parents
 from gpudoctor.lint.rules.gd104_dataloader_defaults import LOADERS
-from gpudoctor.lint.scope import FileContext
+from gpudoctor.lint.scope import FileContext, Where
 from gpudoctor.lint.walker import build_context, is_backward, is_optimizer_step
 
 _ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip"})
@@ -45,11 +45,13 @@ class Located:
     step: ast.Call | None = None
     loss: str | None = None
     optimizer: str | None = None
-    model: str | None = None
+    model: str | None = None  # the name the loop's function calls the model by
+    model_outer: str | None = None  # the name it is assigned to (in the caller, through a parameter)
     model_assign: ast.stmt | None = None
     loader_call: ast.Call | None = None
     batch_names: frozenset[str] = frozenset()
     batch_moves: list[ast.Call] = field(default_factory=list)
+    batch_moves_non_blocking: int = 0  # copies of the batch already non-blocking (or via **kwargs)
     forward: tuple[ast.stmt, ast.stmt] | None = None  # first and last statement, one block
     forward_input: str | None = None  # the name passed first to the model, if a plain name
     autocast: bool = False  # the script already uses autocast somewhere
@@ -132,25 +134,104 @@ def locate(source: str, path: str = "<script>") -> Located:
     return found
 
 
+def _call_site(found: Located, func: ast.AST | None) -> tuple[ast.Call, Where] | None:
+    """The one call of ``func`` in the file (by its name), or ``None``."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    method = func in found.ctx.func_cls  # ``self.name(...)``; a function: ``name(...)``
+
+    def calls_it(call: ast.Call) -> bool:
+        f = call.func
+        if method:
+            return isinstance(f, ast.Attribute) and f.attr == func.name and isinstance(f.value, ast.Name) \
+                and f.value.id == "self"
+        return isinstance(f, ast.Name) and f.id == func.name
+
+    sites = [(c, w) for c, w in found.ctx.calls if calls_it(c)]
+    return sites[0] if len(sites) == 1 else None
+
+
+def _argument(found: Located, func: ast.FunctionDef, call: ast.Call, param: str) -> ast.AST | None:
+    value = next((k.value for k in call.keywords if k.arg == param), None)
+    names = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if value is None and param in names:
+        i = names.index(param) - (1 if func in found.ctx.func_cls and names[0] == "self" else 0)
+        if 0 <= i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:i + 1]):
+            value = call.args[i]
+    return value
+
+
+def origin(found: Located, name: str, func: ast.AST | None, depth: int = 0) -> tuple[str, ast.AST | None]:
+    """Where ``name`` (used in ``func``) gets its value: a parameter is followed to the one call site
+    of its function (twice at most). Returns the name there and its scope."""
+    params, assigns = found.ctx.params.get(func, set()), found.ctx.assigns.get(func, {})
+    if depth < 2 and name in params and name not in assigns:
+        site = _call_site(found, func)
+        if site is not None:
+            arg = _argument(found, func, site[0], name)
+            if isinstance(arg, ast.Name):
+                return origin(found, arg.id, site[1].func, depth + 1)
+    if func is not None and name not in params and name not in assigns:
+        return name, None  # a module-level name read inside the function
+    return name, func
+
+
+def _use_in(found: Located, scope: ast.AST | None) -> ast.AST | None:
+    """The statement of ``scope`` that leads to the training loop: the loop itself, or the call
+    (of the function holding it, through call sites) made from ``scope``."""
+    node: ast.AST | None = found.loop
+    for _ in range(3):
+        if node is None or _scope(found, node) is scope:
+            return node
+        site = _call_site(found, _scope(found, node))
+        node = found.stmt_of(site[0]) if site is not None else None
+    return None
+
+
+def _dominating_assign(found: Located, name: str, scope: ast.AST | None, use: ast.AST | None) -> ast.stmt | None:
+    """The last ``name = ...`` of ``scope`` that always runs before ``use``: its block also holds
+    ``use`` (or a statement around it) further down."""
+    if use is None:
+        return None
+    around, up, node = set(), parents(found.ctx), use
+    while node is not None:
+        around.add(id(node))
+        node = up.get(id(node))
+    best = None
+    for stmt in ast.walk(scope or found.ctx.tree):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id == name and _scope(found, stmt) is scope):
+            continue
+        block = found.block_of(stmt)
+        if block is None:
+            continue
+        at = next(i for i, s in enumerate(block) if s is stmt)
+        if any(id(s) in around for s in block[at + 1:]) and (best is None or stmt.lineno > best.lineno):
+            best = stmt
+    return best
+
+
 def _find_model(found: Located) -> None:
     ctx = found.ctx
     if found.optimizer is None:
         return
-    for value in ctx.assigned(found.optimizer, found.func):
+    opt, scope = origin(found, found.optimizer, found.func)
+    outer = None
+    for value in ctx.assigned(opt, scope):
         if isinstance(value, ast.Call) and value.args:
             first = value.args[0]
             if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute)
                     and first.func.attr == "parameters" and isinstance(first.func.value, ast.Name)):
-                found.model = first.func.value.id
-    if found.model is None:
+                outer = first.func.value.id
+    if outer is None:
         found.notes.append(f"the model {found.optimizer} trains was not found (optimizer built from model.parameters())")
         return
-    before = [s for s in ast.walk(found.func or ctx.tree) if isinstance(s, ast.Assign) and len(s.targets) == 1
-              and isinstance(s.targets[0], ast.Name) and s.targets[0].id == found.model
-              and s.lineno < found.loop.lineno and found.block_of(s) is not None]
-    scoped = [s for s in before if _scope(found, s) is found.func]
-    if scoped:
-        found.model_assign = max(scoped, key=lambda s: s.lineno)
+    # the name the loop's function calls it by: itself, or the parameter its call site fills with it
+    local = [n for n in {outer, *ctx.params.get(found.func, ())}
+             if origin(found, n, found.func) == (outer, scope)]
+    found.model = local[0] if len(local) == 1 else None
+    found.model_assign = _dominating_assign(found, outer, scope, _use_in(found, scope))
+    found.model_outer = outer
 
 
 def _scope(found: Located, node: ast.AST) -> ast.AST | None:
@@ -171,14 +252,15 @@ def _find_loader(found: Located) -> None:
     if name is None:
         found.notes.append("the training loop does not iterate a named loader")
         return
-    values = ctx.assigned(name, found.func)
+    name, scope = origin(found, name, found.func)
+    values = ctx.assigned(name, scope)
     calls = [v for v in values if isinstance(v, ast.Call) and ctx.qualname(v.func) in LOADERS]
     if len(calls) != 1 or len(values) != 1:
         found.notes.append(f"{name} is not assigned from one DataLoader(...) call")
         return
     call = calls[0]
-    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-        found.notes.append("the DataLoader call passes *args/**kwargs: its arguments are not known")
+    if sum(k.arg is None for k in call.keywords) > 1 or any(isinstance(a, ast.Starred) for a in call.args):
+        found.notes.append("the DataLoader call passes *args or two **kwargs: its arguments are not known")
         return
     if len(call.args) > 5:  # num_workers is the sixth positional parameter
         found.notes.append("the DataLoader call passes num_workers or later arguments by position")
@@ -198,6 +280,8 @@ def _find_batch_moves(found: Located) -> None:
         if isinstance(base, ast.Name) and base.id in found.batch_names:
             if not any(k.arg in ("non_blocking", None) for k in node.keywords):
                 found.batch_moves.append(node)
+            else:
+                found.batch_moves_non_blocking += 1
 
 
 def _calls_model(stmt: ast.stmt, model: str) -> ast.Call | None:

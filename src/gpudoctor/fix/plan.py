@@ -98,7 +98,7 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
                 plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
             if change is not None:
                 plan.changes.append(change)
-            else:
+            elif reason:  # "": nothing to change there (already done in the code)
                 plan.advice.append(Advice(code=finding.code, reason=f"{kind}: {reason}", fix=finding.fix))
     return _pair_non_blocking(found, plan)
 
@@ -147,9 +147,10 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     if kind == "non_blocking":
         ops = [Op(SET_KWARGS, found.pos(c), found.pos(found.stmt_of(c)), kwargs=(("non_blocking", "True"),))
                for c in found.batch_moves]
-        return ops, "no .to()/.cuda() of the batch tensors in the training loop"
+        done = found.batch_moves_non_blocking
+        return ops, "" if done else "no .to()/.cuda() of the batch tensors in the training loop"
     if kind in ("cudnn_benchmark", "tf32", "channels_last", "compile") and found.model_assign is None:
-        return [], f"the assignment of the model ({found.model or 'unknown'}) before the loop was not found"
+        return [], f"the assignment of the model ({found.model_outer or 'unknown'}) before the loop was not found"
     at = found.pos(found.model_assign) if found.model_assign is not None else None
     if kind == "cudnn_benchmark":
         return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cudnn.benchmark = True",))], ""
@@ -157,11 +158,11 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cuda.matmul.allow_tf32 = True",
                                                  "torch.backends.cudnn.allow_tf32 = True"))], ""
     if kind == "compile":
-        return [Op(INSERT_AFTER, at, at, text=(f"{found.model}.compile()",))], ""
+        return [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer}.compile()",))], ""
     if kind == "channels_last":
         if not found.conv:
             return [], "no convolution built in this file"
-        ops = [Op(INSERT_AFTER, at, at, text=(f"{found.model} = {found.model}.to(memory_format=torch.channels_last)",))]
+        ops = [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer} = {found.model_outer}.to(memory_format=torch.channels_last)",))]
         if found.forward is not None and found.forward_input is not None:
             x = found.forward_input
             first = found.pos(found.forward[0])

@@ -138,3 +138,18 @@ def test_a_statement_sharing_its_line_is_left_alone() -> None:
     plan = changes_for(source, "GD-RUN-CUDNN-BENCHMARK")
     fixed, kept, dropped = apply_located(source, plan.changes)
     assert fixed == source and not kept and [c.kind for c in dropped] == ["cudnn_benchmark"]
+
+
+def test_a_helper_loop_is_followed_to_its_call_site_and_kwargs_merge(golden) -> None:
+    source = (SCRIPT.parent / "helper_loop.py").read_text(encoding="utf-8")
+    found = locate(source)
+    assert (found.model, found.model_outer) == ("model", "model")
+    assert found.model_assign is not None and found.model_assign.lineno == 31  # not the one under `if`
+    plan = changes_for(source, "GD-RUN-DATALOADER", "GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK")
+    assert [c.kind for c in plan.changes] == ["loader", "channels_last", "cudnn_benchmark"] and not plan.advice
+    fixed, _, dropped = apply_located(source, plan.changes)
+    assert not dropped
+    ast.parse(fixed)
+    # **train_kwargs may hold num_workers already: the new values are merged into it, never passed twice
+    assert 'DataLoader(data, **{**train_kwargs, "num_workers": 8, "pin_memory": True' in fixed
+    golden("fix/helper_loop.diff", unified_diff(source, fixed, "helper_loop.py"))
