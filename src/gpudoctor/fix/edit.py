@@ -69,9 +69,12 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
             for op in by_kind[SET_KWARGS].get(self._pos(original), ()):
                 applied.add(id(op))
                 updated = self._set_kwargs(updated, op.kwargs)
-            return updated
+            return self._replace(original, updated)
 
         def leave_Attribute(self, original, updated):
+            return self._replace(original, updated)
+
+        def _replace(self, original, updated):
             # ``op.text``: (replacement, the expression replaced); ``a.b`` and ``a.b.item`` start alike
             for op in by_kind[REPLACE].get(self._pos(original), ()):
                 if cst.Module(body=[]).code_for_node(original) == op.text[1]:

@@ -16,7 +16,7 @@ SET_KWARGS = "set_kwargs"  # a call: set keyword arguments (replace the value wh
 INSERT_BEFORE = "insert_before"  # a statement: put lines before it (in its block)
 INSERT_AFTER = "insert_after"  # a statement: put lines after it
 WRAP = "wrap"  # statements first..last of one block: put them under ``with HEADER:``
-REPLACE = "replace"  # an attribute expression: text = (replacement, the expression it replaces)
+REPLACE = "replace"  # an attribute or call: text = (replacement, the expression it replaces)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,13 @@ from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
 from gpudoctor.fix.locate import Located, epoch_loop, item_accumulations, sampler_name
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op
 from gpudoctor.records.finding import Finding
+from gpudoctor.records.gpu_specs import match_spec
 from gpudoctor.records.run import RankConfig
 
 PATCHED = ("GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE", "GD-RUN-H2D-BLOCKING", "GD-RUN-FP32-COMPUTE",
            "GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK", "GD-RUN-LAUNCH-BOUND", "GD-RUN-HOST-SYNC",
            "GD-RUN-NO-SET-EPOCH")
-PRECISION = frozenset({"bf16", "tf32"})
+PRECISION = frozenset({"bf16", "fp16", "tf32"})
 WHY = {
     "loader": "load batches in worker processes, pinned, kept alive and prefetched",
     "pin_memory": "page-locked batches copy faster and can overlap compute",
@@ -47,6 +48,7 @@ WHY = {
     "tf32": "precision: TF32 tensor cores for fp32 matmuls and convolutions",
     "channels_last": "channels-last convolutions on tensor cores (model and 4-D input)",
     "bf16": "precision: bf16 autocast over the forward and loss (no GradScaler needed)",
+    "fp16": "precision: fp16 autocast over the forward and loss, a GradScaler against underflow",
     "compile": "fuse the many small kernels of a launch-bound step",
     "item": "sum the loss on the device; it is read only when printed, not every step",
     "set_epoch": "a different shuffle every epoch on every rank",
@@ -88,6 +90,7 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
         if finding.code not in PATCHED or finding.severity.value == "info":
             continue
         for kind in _kinds(finding, config, on_gpu):
+            kind = "fp16" if kind == "bf16" and not _has_bf16(config) else kind
             if kind in done:
                 continue
             done.add(kind)
@@ -117,6 +120,42 @@ def _pair_non_blocking(found: Located, plan: Plan) -> Plan:
     elif not _pinned(found):
         plan.changes = rest
     return plan
+
+
+def _has_bf16(config: RankConfig | None) -> bool:
+    """bf16 unless the GPU is known to lack it (before Ampere: fp16 with a GradScaler instead)."""
+    spec = match_spec(config.device_name) if config is not None and config.device_name else None
+    return spec is None or spec.peak_tflops("bf16") is not None
+
+
+def _fp16_ops(found: Located) -> tuple[list[Op], str]:
+    """fp16 autocast, and the GradScaler in its order: scale the loss for backward, unscale before
+    a gradient clip, step through the scaler, update it after the step."""
+    if found.autocast or "scaler" in found.ctx.source:
+        return [], "the script already uses autocast or a name `scaler`"
+    step_stmt, back_stmt = found.stmt_of(found.step), found.stmt_of(found.backward)
+    if found.forward is None or not isinstance(back_stmt, ast.Expr) or not isinstance(step_stmt, ast.Expr) \
+            or found.loss is None or found.optimizer is None or found.step.args:
+        return [], "; ".join(found.notes) or "the forward, loss.backward() and optimizer.step() were not located"
+    first, last = (found.pos(s) for s in found.forward)
+    loop = found.pos(found.enclosing_loops()[0] if found.enclosing_loops() else found.loop)
+    opt, loss = found.optimizer, found.loss
+    ops = [Op(INSERT_BEFORE, loop, loop, text=('scaler = torch.amp.GradScaler("cuda")',)),
+           Op(WRAP, first, first, text=('torch.autocast("cuda", dtype=torch.float16)',), last=last),
+           Op(REPLACE, found.pos(found.backward.func), found.pos(back_stmt),
+              text=(f"scaler.scale({loss}).backward", f"{loss}.backward"),
+              why="the loss scaled up, so fp16 gradients do not underflow"),
+           Op(REPLACE, found.pos(found.step), found.pos(step_stmt), text=(f"scaler.step({opt})", f"{opt}.step()"),
+              why="steps with the unscaled gradients; skips a step whose gradients overflowed"),
+           Op(INSERT_AFTER, found.pos(step_stmt), found.pos(step_stmt), text=("scaler.update()",),
+              why="adjusts the scale after every step")]
+    for call, _ in found.ctx.calls:  # a clip between backward and step needs the true gradients
+        if (call.func.attr if isinstance(call.func, ast.Attribute) else "") in ("clip_grad_norm_", "clip_grad_value_") \
+                and back_stmt.lineno < call.lineno < step_stmt.lineno:
+            at = found.pos(found.stmt_of(call))
+            ops.append(Op(INSERT_BEFORE, at, at, text=(f"scaler.unscale_({opt})",),
+                          why="the clip must see the true (unscaled) gradients"))
+    return ops, ""
 
 
 def _sets_pin(change: Change) -> bool:
@@ -177,6 +216,8 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         first, last = (found.pos(s) for s in found.forward)
         device = "cuda" if on_gpu or config is None else config.device.partition(":")[0]
         return [Op(WRAP, first, first, text=(f'torch.autocast("{device}", dtype=torch.bfloat16)',), last=last)], ""
+    if kind == "fp16":
+        return _fp16_ops(found)
     if kind == "item":
         ops = [Op(REPLACE, found.pos(c.func), found.pos(found.stmt_of(c)),
                   text=(f"{ast.unparse(c.func.value)}.detach", ast.unparse(c.func))) for c in item_accumulations(found)]

@@ -153,3 +153,21 @@ def test_a_helper_loop_is_followed_to_its_call_site_and_kwargs_merge(golden) -> 
     # **train_kwargs may hold num_workers already: the new values are merged into it, never passed twice
     assert 'DataLoader(data, **{**train_kwargs, "num_workers": 8, "pin_memory": True' in fixed
     golden("fix/helper_loop.diff", unified_diff(source, fixed, "helper_loop.py"))
+
+
+def test_fp16_with_a_grad_scaler_in_order_on_a_gpu_without_bf16(golden) -> None:
+    source = SCRIPT.read_text(encoding="utf-8").replace(
+        "            optimizer.step()\n",
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n            optimizer.step()\n")
+    v100 = dataclasses.replace(CONFIG, device_name="Tesla V100-SXM2-32GB")
+    plan = changes_for(source, "GD-RUN-FP32-COMPUTE", config=v100)
+    (change,) = [c for c in plan.changes if c.kind == "fp16"]
+    assert change.precision
+    fixed, _, dropped = apply_located(source, [change])
+    assert not dropped
+    ast.parse(fixed)
+    order = [fixed.index(s) for s in ('scaler = torch.amp.GradScaler("cuda")', "dtype=torch.float16",
+                                      "scaler.scale(loss).backward()", "scaler.unscale_(optimizer)",
+                                      "clip_grad_norm_", "scaler.step(optimizer)", "scaler.update()")]
+    assert order == sorted(order)
+    golden("fix/fp16.diff", unified_diff(source, fixed, "conv_ddp.py"))
