@@ -30,12 +30,6 @@ _CONTEXT = {"allow_extra_args": True, "allow_interspersed_args": False}
 PATCHED = ("patched",)  # the marker ``measure`` passes for the patched arm
 
 
-def _say(message: str) -> None:
-    from gpudoctor.cli.output import stderr_console
-
-    stderr_console().print(f"gpudoctor: {message}", highlight=False, markup=False)
-
-
 def _split(words: list[str]) -> tuple[Path, tuple[str, ...]]:
     words = [w for i, w in enumerate(words) if not (i == 0 and w == "--")]
     if not words:
@@ -81,6 +75,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = typer.Option(4, "--repeats", help="At most N runs of each arm per change (at least 2)."),
         out: Path = typer.Option(None, "--out", help="Run directory (default gpudoctor-runs/<time>-<name>)."),
         no_profile: bool = typer.Option(False, "--no-profile", help="Skip the profiler window (no GPU busy, MFU)."),
+        json_output: bool = typer.Option(False, "--json", help="Print JSON (the script's output goes to stderr)."),
     ) -> None:
         """Turn a run's findings into a measured patch of the training script.
 
@@ -107,15 +102,18 @@ def register(app: typer.Typer) -> None:
         from gpudoctor.cli.fix_flow import fix_script
 
         code = fix_script(script, args, write=write, measure=not no_measure, steps=steps, repeats=repeats,
-                          out=out, profile=not no_profile)
+                          out=out, profile=not no_profile, json_output=json_output)
         raise typer.Exit(code)
 
 
-def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool, repeat: bool) -> Any:
+def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool, repeat: bool,
+             json_output: bool = False) -> Any:
+    """A ``run`` spec; repeats (and ``--no-profile``) run the probes alone, as ``--try``'s repeats."""
     from gpudoctor.cli.run import _spec
 
     extra = {"profile": False, "profile_window": None, "sample_gpu": False} if repeat or not profile else {}
-    return _spec(command, run_dir, **{"steps": steps, "profile": profile, **extra})
+    return _spec(command, run_dir, **{"steps": steps, "profile": profile, "child_stdout_to_stderr": json_output,
+                                      **extra})
 
 
 def patched_command(command: tuple[str, ...], patched: Path) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ def _say(message: str) -> None:
 
 
 def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: bool, steps: int | None,
-               repeats: int, out: Path | None, profile: bool = True) -> int:
+               repeats: int, out: Path | None, profile: bool = True, json_output: bool = False) -> int:
     """Run, plan, measure and print; write with ``write``. Returns the exit code."""
     from gpudoctor.cli import diagnose as diag
     from gpudoctor.cli.output import stdout_console
@@ -39,18 +39,31 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
         found = locate(source, str(script))
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
-        console.print(f"{script}{f':{line}' if line else ''}: cannot parse it ({getattr(exc, 'msg', exc)}); "
-                      "no patch. Fix the syntax error, then run gpudoctor fix again (or gpudoctor run "
-                      "for the diagnosis alone).", highlight=False, markup=False)
+        text = (f"{script}{f':{line}' if line else ''}: cannot parse it ({getattr(exc, 'msg', exc)}); "
+                "no patch. Fix the syntax error, then run gpudoctor fix again (or gpudoctor run "
+                "for the diagnosis alone).")
+        if json_output:
+            from gpudoctor.cli.output import emit_json
+
+            emit_json({"script": str(script), "error": text, "changes": [], "advice": [], "exit_code": 1})
+        else:
+            console.print(text, highlight=False, markup=False)
         return 1
     command = python_command(script, args)
     base = out if out is not None else default_run_dir(command)
     outdir.claim(base)
     steps = steps if steps is not None else DEFAULT_STEPS
     _say(f"running {script} under the probes ({steps} steps) in {base / 'baseline'}")
-    b_out, b_run, findings = _one(run_spec(command, base / "baseline", steps, profile, repeat=False), False)
+    b_out, b_run, findings = _one(run_spec(command, base / "baseline", steps, profile, repeat=False,
+                                           json_output=json_output), json_output)
     if b_out.exit_code != 0 or not b_run.steps:
-        diag.render(b_run, findings, console)
+        if json_output:
+            from gpudoctor.cli.output import emit_json
+
+            emit_json({"script": str(script), "baseline": diag.payload(b_run, findings), "changes": [],
+                       "advice": [], "exit_code": b_out.exit_code or 1})
+        else:
+            diag.render(b_run, findings, console)
         _say(f"the run did not train ({b_out.manifest.status}); fix that first: nothing to patch")
         return b_out.exit_code or 1
     config = b_run.configs[min(b_run.configs)] if b_run.configs else None
@@ -58,18 +71,25 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     env = script_dir_on_path(script)
     try:
         outcomes, final, final_cmp, final_run = _measure_all(
-            source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile)
+            source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile,
+            json_output)
     finally:
         restore(env)
+    code = 1 if advice and final == source else 0
+    backup = write_fixed(script, source, final) if final != source and write else None
+    if json_output:
+        from gpudoctor.cli.output import emit_json
+
+        emit_json(_payload(script, source, final, outcomes, advice, b_run, final_cmp, final_run, backup, base, code))
+        return code
     _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run)
-    if final != source and write:
-        backup = write_fixed(script, source, final)
+    if backup is not None:
         console.print(f"wrote {script} (the original kept as {backup})", highlight=False, markup=False)
     elif final != source:
         console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}",
                       highlight=False, markup=False)
     console.print(f"run directory: {base}", highlight=False, markup=False)
-    return 1 if advice and final == source else 0
+    return code
 
 
 def _plan(source: str, script: Path, found: Any, findings: list, config: Any):
@@ -101,7 +121,7 @@ def patch(source: str, script: Path, changes: list) -> tuple[str, list]:
 
 
 def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats,
-                 measure, profile):
+                 measure, profile, json_output=False):
     from gpudoctor.fix.view import Outcome
 
     outcomes: list[Outcome] = []
@@ -113,7 +133,8 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
             outcomes.append(Outcome(change=change))
             continue
         folder = base / f"fix-{i}-{change.kind}"
-        comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run), steps, repeats, profile, change.kind)
+        comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run), steps, repeats, profile,
+                                     change.kind, json_output)
         kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
         outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
     kept = [o.change for o in outcomes if o.kept]
@@ -125,7 +146,7 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
         final_run = _first_try(final_cmp)
     elif len(measured) > 1:
         final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run), steps,
-                                            repeats, profile, "all kept changes")
+                                            repeats, profile, "all kept changes", json_output)
     return outcomes, final, final_cmp, final_run
 
 
@@ -136,7 +157,8 @@ def _first_try(comparison) -> Any:
     return load_run(Path(path)) if path else None
 
 
-def _measure_one(code, script, command, folder: Path, first, steps, repeats, profile, what: str):
+def _measure_one(code, script, command, folder: Path, first, steps, repeats, profile, what: str,
+                 json_output: bool = False):
     """Interleaved A/B of the patched copy in ``folder`` against the original (``first`` reused)."""
     from gpudoctor.cli.run import _one
     from gpudoctor.cli.try_runs import measure
@@ -149,10 +171,11 @@ def _measure_one(code, script, command, folder: Path, first, steps, repeats, pro
     runs: dict[str, Any] = {}
 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
-        return run_spec(patched if knobs == PATCHED else command, run_dir, steps, profile, repeat)
+        return run_spec(patched if knobs == PATCHED else command, run_dir, steps, profile, repeat,
+                        json_output=json_output)
 
     def run_one(spec: Any) -> tuple[Any, Any]:
-        outcome, data, _ = _one(spec, False)
+        outcome, data, _ = _one(spec, json_output)
         runs[str(spec.run_dir)] = data
         return outcome, data
 
@@ -164,6 +187,36 @@ def _measure_one(code, script, command, folder: Path, first, steps, repeats, pro
             _say(f"the patched script ({what}) ended {outcome.manifest.status}; see {data.path}/stdout.log")
     tried = result.tried[0][1] if result.tried else None
     return result.comparison, tried
+
+
+def _payload(script, source, final, outcomes, advice, b_run, final_cmp, final_run, backup, base, code) -> dict:
+    """The ``--json`` form: every change with its verdict, the advice, the diff and the table."""
+    import dataclasses
+
+    from gpudoctor.fix.view import figures, losses, unified_diff
+
+    def judged(outcome) -> dict:
+        j = outcome.comparison.judgement if outcome.comparison is not None else None
+        return {"kind": outcome.change.kind, "code": outcome.change.code, "why": outcome.change.why,
+                "precision": outcome.change.precision, "kept": outcome.kept,
+                "verdict": j.verdict if j is not None else None, "gain": j.gain if j is not None else None,
+                "noise": j.noise if j is not None else None,
+                "runs": [len(j.baseline), len(j.tried)] if j is not None else None}
+
+    before = figures(final_cmp, "before", b_run) if final_cmp is not None else None
+    after = figures(final_cmp, "after", final_run) if final_cmp is not None else None
+    return {
+        "script": str(script), "run_dir": str(base),
+        "changes": [judged(o) for o in outcomes],
+        "advice": [dataclasses.asdict(a) for a in advice],
+        "diff": unified_diff(source, final, str(script)),
+        "before": dataclasses.asdict(before) if before is not None else None,
+        "after": dataclasses.asdict(after) if after is not None else None,
+        "gain": final_cmp.gain if final_cmp is not None else None,
+        "loss": {"before": losses(b_run), "after": losses(final_run)},
+        "written": str(backup) if backup is not None else None,
+        "exit_code": code,
+    }
 
 
 def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run) -> None:

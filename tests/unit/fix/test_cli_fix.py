@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,18 +35,24 @@ def test_usage_errors(tmp_path: Path) -> None:
 
 def test_diff_leaves_the_file_untouched_and_no_measure_write_makes_a_script_that_runs(tmp_path: Path) -> None:
     script = _script(tmp_path)
-    result = gpudoctor("fix", "--no-measure", "--steps", "12", "--out", "rd", "train.py", cwd=tmp_path, timeout=180)
+    result = gpudoctor("fix", "--no-measure", "--json", "--steps", "12", "--out", "rd", "train.py", cwd=tmp_path,
+                       timeout=180)
     assert result.returncode == 0, result.stderr
     assert script.read_text(encoding="utf-8") == fix_scripts.LOADER_BOUND  # --diff is the default
-    assert "+    loader = DataLoader(Slow(), batch_size=4, shuffle=True, num_workers=" in result.stdout
-    assert "GD-RUN-DATALOADER  loader: not measured (--no-measure); applied" in result.stdout
-    assert "nothing written (--diff)" in result.stdout and not list(tmp_path.glob("train.py.orig*"))
+    payload = json.loads(result.stdout)  # the script's own output went to stderr
+    assert "+    loader = DataLoader(Slow(), batch_size=4, shuffle=True, num_workers=" in payload["diff"]
+    (change,) = payload["changes"]
+    assert (change["kind"], change["code"], change["kept"], change["verdict"]) == (
+        "loader", "GD-RUN-DATALOADER", True, None)
+    assert payload["written"] is None and payload["exit_code"] == 0 and payload["after"] is None
+    assert not list(tmp_path.glob("train.py.orig*"))
 
     (tmp_path / "train.py.orig").write_text("an earlier backup\n", encoding="utf-8")
     result = gpudoctor("fix", "--write", "--no-measure", "--steps", "12", "--out", "rd2", "train.py",
                        cwd=tmp_path, timeout=180)
     assert result.returncode == 0, result.stderr
     fixed = script.read_text(encoding="utf-8")
+    assert "GD-RUN-DATALOADER  loader: not measured (--no-measure); applied" in result.stdout
     assert "# gpudoctor fix: GD-RUN-DATALOADER — " in fixed and "persistent_workers=True" in fixed
     assert (tmp_path / "train.py.orig").read_text(encoding="utf-8") == "an earlier backup\n"  # never overwritten
     assert (tmp_path / "train.py.orig.2").read_text(encoding="utf-8") == fix_scripts.LOADER_BOUND
