@@ -89,10 +89,10 @@ def register(app: typer.Typer) -> None:
 
         \b
         Examples:
-          gpudoctor fix train.py                      # the diff and the table; nothing written
-          gpudoctor fix --write train.py -- --lr 0.1  # apply the kept changes (train.py.orig kept)
-          gpudoctor fix --no-measure --diff train.py  # every located change, unmeasured
-          gpudoctor fix --steps 100 train.py          # longer runs (torch.compile warms up)
+          gpudoctor fix train.py                # diff and table; writes nothing
+          gpudoctor fix --write train.py -- --lr 0.1    # apply; train.py.orig kept
+          gpudoctor fix --no-measure train.py   # every located change, unmeasured
+          gpudoctor fix --steps 100 train.py    # longer runs (compile warms up)
         """
         if write and diff:
             raise GpuDoctorUserError("--diff and --write contradict each other; give one of them")
