@@ -71,7 +71,8 @@ def register(app: typer.Typer) -> None:
         diff: bool = typer.Option(False, "--diff", help="Only print the diff and the table (the default)."),
         no_measure: bool = typer.Option(False, "--no-measure",
                                         help="Do not measure the patched script; keep every located change."),
-        steps: int = typer.Option(None, "--steps", help="Optimizer steps per run (default 60; 100+ for compile)."),
+        steps: int = typer.Option(None, "--steps",
+                                  help="Optimizer steps per run (default 60; compile is measured over 100)."),
         repeats: int = typer.Option(4, "--repeats", help="At most N runs of each arm per change (at least 2)."),
         out: Path = typer.Option(None, "--out", help="Run directory (default gpudoctor-runs/<time>-<name>)."),
         no_profile: bool = typer.Option(False, "--no-profile", help="Skip the profiler window (no GPU busy, MFU)."),
@@ -92,7 +93,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor fix train.py                # diff and table; writes nothing
           gpudoctor fix --write train.py -- --lr 0.1    # apply; train.py.orig kept
           gpudoctor fix --no-measure train.py   # every located change, unmeasured
-          gpudoctor fix --steps 100 train.py    # longer runs (compile warms up)
+          gpudoctor fix --steps 200 train.py    # longer runs
         """
         if write and diff:
             raise GpuDoctorUserError("--diff and --write contradict each other; give one of them")

@@ -52,7 +52,7 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     command = python_command(script, args)
     base = out if out is not None else default_run_dir(command)
     outdir.claim(base)
-    steps = steps if steps is not None else DEFAULT_STEPS
+    steps_given, steps = steps is not None, steps if steps is not None else DEFAULT_STEPS
     _say(f"running {script} under the probes ({steps} steps) in {base / 'baseline'}")
     b_out, b_run, findings = _one(run_spec(command, base / "baseline", steps, profile, repeat=False,
                                            json_output=json_output), json_output)
@@ -72,7 +72,7 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     try:
         outcomes, final, final_cmp, final_run = _measure_all(
             source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile,
-            json_output)
+            json_output, steps_given)
     finally:
         restore(env)
     code = 1 if advice and final == source else 0
@@ -120,8 +120,19 @@ def patch(source: str, script: Path, changes: list) -> tuple[str, list]:
     return code, dropped
 
 
+def _slow_start(kinds: list[str], steps: int, steps_given: bool) -> tuple[int, bool]:
+    """Steps for a measurement of ``kinds``: ``compile`` compiles in its first steps, so without
+    --steps it runs as ``run --try compile`` does (``try_runs.steps_for``); then the 60-step
+    baseline cannot be reused (False)."""
+    from gpudoctor.cli.try_runs import SLOW_WARMUP_STEPS
+
+    if "compile" in kinds and not steps_given and steps < SLOW_WARMUP_STEPS:
+        return SLOW_WARMUP_STEPS, False
+    return steps, True
+
+
 def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats,
-                 measure, profile, json_output=False):
+                 measure, profile, json_output=False, steps_given=True):
     from gpudoctor.fix.view import Outcome
 
     outcomes: list[Outcome] = []
@@ -133,8 +144,9 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
             outcomes.append(Outcome(change=change))
             continue
         folder = base / f"fix-{i}-{change.kind}"
-        comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run), steps, repeats, profile,
-                                     change.kind, json_output)
+        n, reuse = _slow_start([change.kind], steps, steps_given)
+        comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run) if reuse else None, n, repeats,
+                                     profile, change.kind, json_output)
         kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
         outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
     kept = [o.change for o in outcomes if o.kept]
@@ -145,8 +157,9 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
         final_cmp = measured[0].comparison
         final_run = _first_try(final_cmp)
     elif len(measured) > 1:
-        final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run), steps,
-                                            repeats, profile, "all kept changes", json_output)
+        n, reuse = _slow_start([c.kind for c in kept], steps, steps_given)
+        final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run) if reuse else None,
+                                            n, repeats, profile, "all kept changes", json_output)
     return outcomes, final, final_cmp, final_run
 
 
@@ -227,8 +240,8 @@ def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, 
         console.print(f"{name}: no finding with a code fix; nothing to change", highlight=False, markup=False)
     for i, outcome in enumerate(outcomes, 1):
         console.print(change_line(i, outcome), highlight=False, markup=False)
-    for line in advice_lines(advice):
-        console.print(line, highlight=False, markup=False)
+    for line in advice_lines(advice):  # code lines: never wrapped
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if final != source:
         console.print(unified_diff(source, final, name), highlight=False, markup=False, end="", soft_wrap=True)
     before = figures(final_cmp, "before", b_run)

@@ -72,3 +72,29 @@ def test_measured_fix_keeps_the_loader_change_that_is_faster(tmp_path: Path) -> 
     assert "num_workers=1" in script.read_text(encoding="utf-8")  # 2 cores here: one left for training
     assert (tmp_path / "rd" / "fix-1-loader" / "train.py").is_file()  # the measured copy, in the run dir
     assert (tmp_path / "train.py.orig").read_text(encoding="utf-8") == fix_scripts.LOADER_BOUND
+
+
+def test_a_training_loop_it_cannot_locate_gets_the_prescription_as_text_and_exit_1(tmp_path: Path) -> None:
+    # the same loader-bound training, inside a trainer class: the loop iterates self.loader
+    text = fix_scripts.LOADER_BOUND.replace(
+        "def main():\n    torch.manual_seed(0)\n    loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
+        "    model = torch.nn.Linear(8, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "    total = 0.0\n    for step, (x, y) in enumerate(loader):\n",
+        "class Trainer:\n    def __init__(self):\n        self.loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
+        "        self.model = torch.nn.Linear(8, 1)\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)\n\n"
+        "    def fit(self):\n        model, optimizer, total = self.model, self.opt, 0.0\n"
+        "        for x, y in self.loader:\n",
+    ).replace("\n        optimizer.zero_grad()", "\n            optimizer.zero_grad()").replace(
+        "\n        loss = torch", "\n            loss = torch").replace("\n        loss.backward()", "\n            loss.backward()").replace(
+        "\n        optimizer.step()", "\n            optimizer.step()").replace(
+        "\n        time.sleep(0.012)", "\n            time.sleep(0.012)").replace(
+        "\n        total += float(loss)", "\n            total += float(loss)").replace(
+        '    print("END OF SCRIPT", total)', '        print("END OF SCRIPT", total)\n\n\ndef main():\n    Trainer().fit()')
+    compile(text, "train.py", "exec")
+    script = _script(tmp_path, text)
+    result = gpudoctor("fix", "--write", "--steps", "12", "--out", "rd", "train.py", cwd=tmp_path, timeout=180)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "GD-RUN-DATALOADER: no patch (loader: the training loop does not iterate a named loader)" in result.stdout
+    assert "num_workers" in result.stdout  # the finding's own fix, as text
+    assert script.read_text(encoding="utf-8") == text and not list(tmp_path.glob("train.py.orig*"))

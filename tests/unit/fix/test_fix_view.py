@@ -38,7 +38,7 @@ def render(width: int) -> str:
         console.print(change_line(i, outcome), highlight=False, markup=False)
     for line in advice_lines([Advice(code="GD-RUN-LAUNCH-BOUND", reason="compile: the model was not found",
                                      fix="model = torch.compile(model)")]):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)  # as gpudoctor fix prints them
     console.print(table(Figures(throughput=6856.4, step_ms=17.6, gpu_busy=0.063, mfu=0.004),
                         Figures(throughput=29949.3, step_ms=4.1, gpu_busy=0.27, mfu=0.018), "before/after"))
     console.print(table(Figures(throughput=34.8, step_ms=757.5), None, "before (the patch was not measured)"))
