@@ -199,8 +199,7 @@ def _dominating_assign(found: Located, name: str, scope: ast.AST | None, use: as
         node = up.get(id(node))
     best = None
     for stmt in ast.walk(scope or found.ctx.tree):
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                and stmt.targets[0].id == name and _scope(found, stmt) is scope):
+        if not ((_assigns(stmt, name) or _assigned_in_every_arm(stmt, name)) and _scope(found, stmt) is scope):
             continue
         block = found.block_of(stmt)
         if block is None:
@@ -209,6 +208,19 @@ def _dominating_assign(found: Located, name: str, scope: ast.AST | None, use: as
         if any(id(s) in around for s in block[at + 1:]) and (best is None or stmt.lineno > best.lineno):
             best = stmt
     return best
+
+
+def _assigns(stmt: ast.AST, name: str) -> bool:
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id == name)
+
+
+def _assigned_in_every_arm(stmt: ast.AST, name: str) -> bool:
+    """``if ...: name = A`` / ``else: name = B`` (elif chains too): after it, ``name`` is always set."""
+    if not isinstance(stmt, ast.If) or not stmt.orelse:
+        return False
+    arms = [stmt.body, stmt.orelse]
+    return all(any(_assigns(s, name) or _assigned_in_every_arm(s, name) for s in arm) for arm in arms)
 
 
 def _find_model(found: Located) -> None:
@@ -340,42 +352,4 @@ def sampler_name(found: Located) -> str | None:
     return None
 
 
-def item_accumulations(found: Located) -> list[ast.Call]:
-    """The ``.item()`` calls of ``acc += X.item()`` in the training loop, unguarded, whose ``acc``
-    is read only through formatted f-string fields (``{acc / 20:.3f}``: a 0-d tensor formats the same)
-    and otherwise only reset to a number — so summing the tensor instead changes no output."""
-    if found.loop is None:
-        return []
-    scope = found.func or found.ctx.tree
-    out = []
-    for node in ast.walk(found.loop):
-        if not (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add)
-                and isinstance(node.target, ast.Name) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "item"
-                and not node.value.args):
-            continue
-        if _only_formatted(scope, node.target.id, node):
-            out.append(node.value)
-    return out
-
-
-def _only_formatted(scope: ast.AST, name: str, aug: ast.AugAssign) -> bool:
-    formatted = set()
-    for node in ast.walk(scope):
-        if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
-            formatted |= {id(n) for n in ast.walk(node.value)}
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name) and node.id == name:
-            if isinstance(node.ctx, ast.Load) and id(node) not in formatted:
-                return False
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            if not (len(node.targets) == 1 and isinstance(node.value, ast.Constant)
-                    and isinstance(node.value.value, (int, float))):
-                return False
-        if isinstance(node, ast.AugAssign) and node is not aug and isinstance(node.target, ast.Name) \
-                and node.target.id == name:
-            return False
-    return True
-
-
-__all__ = ["Located", "epoch_loop", "item_accumulations", "locate", "sampler_name"]
+__all__ = ["Located", "epoch_loop", "locate", "sampler_name"]

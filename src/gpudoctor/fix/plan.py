@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
-from gpudoctor.fix.locate import Located, epoch_loop, item_accumulations, sampler_name
+from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
+from gpudoctor.fix.metrics import item_accumulations
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu_specs import match_spec

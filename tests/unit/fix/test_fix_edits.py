@@ -171,3 +171,30 @@ def test_fp16_with_a_grad_scaler_in_order_on_a_gpu_without_bf16(golden) -> None:
                                       "clip_grad_norm_", "scaler.step(optimizer)", "scaler.update()")]
     assert order == sorted(order)
     golden("fix/fp16.diff", unified_diff(source, fixed, "conv_ddp.py"))
+
+
+def test_item_in_a_str_format_field_with_a_spec_is_summed_on_the_device() -> None:
+    # the shape of pytorch/examples' vae and super_resolution
+    source = SCRIPT.read_text(encoding="utf-8").replace(
+        'print(f"epoch {epoch} step {i} loss {running / 10:.4f}")',
+        'print("epoch {} loss {:.4f}".format(epoch, running / 10))')
+    (change,) = changes_for(source, "GD-RUN-HOST-SYNC").changes
+    fixed, _, dropped = apply_located(source, [change])
+    assert not dropped and "running += loss.detach()" in fixed
+    unformatted = source.replace("{:.4f}", "{}")  # str(tensor) is not str(float): no patch
+    assert not changes_for(unformatted, "GD-RUN-HOST-SYNC").changes
+
+
+def test_a_model_assigned_in_both_arms_of_an_if_is_patched_after_the_if() -> None:
+    # the shape of pytorch/examples' word_language_model
+    source = SCRIPT.read_text(encoding="utf-8").replace(
+        "    model = nn.Sequential(",
+        "    if epochs > 1:\n        model = nn.Linear(3, 10)\n    else:\n        model = nn.Sequential(")
+    found = locate(source)
+    assert isinstance(found.model_assign, ast.If)
+    (change,) = changes_for(source, "GD-RUN-LAUNCH-BOUND").changes
+    fixed, _, dropped = apply_located(source, [change])
+    assert not dropped
+    assert "        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).to(device)\n" \
+           "    # gpudoctor fix: GD-RUN-LAUNCH-BOUND — fuse the many small kernels of a launch-bound step\n" \
+           "    model.compile()\n" in fixed
