@@ -250,8 +250,13 @@ def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, 
         from gpudoctor.analysis.try_compare import compare
 
         before = figures(compare(b_run, b_run), "before", b_run)
-    console.print(table(before, after, "before/after (same command and steps, runs interleaved)"
-                        if after is not None else "before (the patch was not measured)"))
+    if after is not None:
+        title = "before/after (same command and steps, runs interleaved)"
+    elif any(o.comparison is not None for o in outcomes):
+        title = "before (no change measured faster: nothing to apply)"
+    else:
+        title = "before (the patch was not measured)" if final != source else "before"
+    console.print(table(before, after, title))
     precision = [o.change.kind for o in outcomes if o.kept and o.change.precision]
     if final_run is not None:
         console.print(loss_table(losses(b_run), losses(final_run), precision))
