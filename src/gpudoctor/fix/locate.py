@@ -110,7 +110,8 @@ def locate(source: str, path: str = "<script>") -> Located:
     ctx = build_context(path, source, tree)
     found = Located(ctx=ctx, lines=source.split("\n"))
     found.torch_name = ctx.imports.get("torch") == "torch"
-    found.autocast = "autocast" in source
+    found.autocast = any((c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")) == "autocast"
+                         for c, _ in ctx.calls)
     found.conv = any((ctx.qualname(c.func) or "").startswith("torch.nn.Conv") for c, _ in ctx.calls)
     backwards = [(c, w) for c, w in ctx.calls if is_backward(c) and w.loop is not None]
     if not backwards:
@@ -331,11 +332,23 @@ def _find_forward(found: Located) -> None:
         found.forward_input = call.args[0].id
 
 
-def epoch_loop(found: Located) -> tuple[ast.For, str] | None:
-    """The ``for EPOCH in ...`` loop around the training loop, and its variable."""
-    for loop in reversed(found.enclosing_loops()):
+def epoch_loop(found: Located) -> tuple[ast.stmt, str] | None:
+    """Where an epoch starts, and the epoch's variable: the first statement of a ``for EPOCH in ...``
+    around the training loop, or, in a ``while`` loop that counts ``EPOCH += 1`` at its top level,
+    the statement of its body that holds the training loop."""
+    loops = found.enclosing_loops()
+    for i in range(len(loops) - 1, -1, -1):
+        loop = loops[i]
         if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name):
-            return loop, loop.target.id
+            return loop.body[0], loop.target.id
+        if isinstance(loop, ast.While):
+            inner = loops[i + 1] if i + 1 < len(loops) else found.loop
+            holder = next((s for s in loop.body if any(n is inner for n in ast.walk(s))), None)
+            counters = [s.target.id for s in loop.body if isinstance(s, ast.AugAssign) and isinstance(s.op, ast.Add)
+                        and isinstance(s.target, ast.Name) and isinstance(s.value, ast.Constant) and s.value.value == 1
+                        and "epoch" in s.target.id.lower()]
+            if holder is not None and len(counters) == 1:
+                return holder, counters[0]
     return None
 
 

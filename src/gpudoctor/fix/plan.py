@@ -16,7 +16,7 @@ GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
 GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same)
 GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, read when printed)
-GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler, first thing in the epoch loop
+GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler where each epoch starts
 =====================  ==============================================================
 
 Only WARN (or worse) findings are patched: a tuned script gets no patch.
@@ -227,8 +227,8 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         sampler, outer = sampler_name(found), epoch_loop(found)
         if sampler is None or outer is None:
             return [], "the DistributedSampler or the epoch loop around the training loop was not found"
-        loop, var = outer
-        first = found.pos(loop.body[0])
+        start, var = outer
+        first = found.pos(start)
         return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
     return [], f"no code form for {kind}"
 
