@@ -7,6 +7,9 @@ patches it (its own interleaved A/B per change), then original (``basic_user.py.
 copy run interleaved A B A B under ``gpudoctor run --steps N`` (``--rounds``). Bar: the median
 throughput ratio fixed/original >= 3.
 
+Planted (``--planted``): each one-GPU planted workload is patched the same way, and ``run --try``
+with the knobs of its top testable finding (``knob_map.first_testable``) gives the gain to meet.
+
 Corpus: for each script of ``corpus-verdicts.json`` whose verdict is WARN/ERROR, a fresh copy
 (``harness.make_variant``) gets ``gpudoctor fix --write --json`` from the folder it runs in; the
 row keeps every change with its measured verdict, the advice, the combined gain and noise, and
@@ -16,8 +19,9 @@ at least that gain minus its noise; a script without a WARN gets no patch (liste
 Writes OUT/fix-bars.json and OUT/fix-bars.md; each fix's JSON and log under OUT/logs-fix/.
 
     PYTHONPATH=src python3 bench/corpus/fix_corpus.py --readme --out OUT            # README bar only
+    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --planted --out OUT            # planted workloads
     PYTHONPATH=src python3 bench/corpus/fix_corpus.py --corpus .corpus --out OUT     # the corpus
-    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --readme --readme-args="--size tiny" --steps 12 \
+    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --readme --workload-args="--size tiny" --steps 12 \
         --rounds 1 --out /tmp/fixbars                                               # CPU check
 """
 
@@ -83,7 +87,7 @@ def readme(args, out: Path) -> dict:
     shutil.copy(REPO / "src" / "gpudoctor" / "workloads" / "basic_user.py", work / "basic_user.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(harness.SRC), os.environ.get("PYTHONPATH", ""))
                                                        if p), "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
-    extra = args.readme_args.split()
+    extra = args.workload_args.split()
     res = gpudoctor_fix(work, "basic_user.py", extra, work / "fix-run", out / "logs-fix" / "readme.log",
                         steps=args.steps, repeats=args.repeats, env=env, timeout_s=args.timeout_s)
     row = {"name": "readme_basic_user", **res}
@@ -102,6 +106,71 @@ def readme(args, out: Path) -> dict:
     row.update(a=a, b=b, ratio=ratio, noise_a=(max(a) - min(a)) / statistics.median(a) if ok and len(a) > 1 else None,
                outcome=("met" if ratio and ratio >= README_BAR else "not met") + f" (bar {README_BAR:g}x)")
     return row
+
+
+PLANTED = ("basic_user", "fp32_convnet", "tiny_batch", "item_every_step", "pageable_copies", "clean")
+
+
+def try_gain(work: Path, script: str, run_dir: Path, env: dict, log: Path, steps: int, extra: list[str]) -> dict:
+    """``run --try`` with the knobs of the top testable finding of ``run_dir`` (fix's baseline)."""
+    from gpudoctor.analysis.diagnose import diagnose
+    from gpudoctor.analysis.knob_map import first_testable
+    from gpudoctor.records.rundir import load_run
+
+    run = load_run(run_dir)
+    config = run.configs[min(run.configs)] if run.configs else None
+    testable = first_testable(list(diagnose(run)), config)
+    if testable is None:
+        return {"knobs": None}
+    finding, knobs = testable
+    cmd = [sys.executable, "-m", "gpudoctor", "run", "--try", knobs, "--steps", str(steps), "--repeats", "3",
+           "--json", "--fail-on", "never", "--out", str(work / "try"), "--", sys.executable, script, *extra]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=540)
+    log.write_text(f"$ {' '.join(cmd)}\n--- stderr\n{proc.stderr}\n--- stdout\n{proc.stdout}")
+    try:
+        comparison = json.loads(proc.stdout).get("comparison") or {}
+    except json.JSONDecodeError:
+        comparison = {}
+    j = comparison.get("judgement") or {}
+    return {"knobs": knobs, "finding": finding.code, "gain": comparison.get("gain"), "noise": j.get("noise"),
+            "verdict": j.get("verdict")}
+
+
+def planted(args, out: Path) -> list[dict]:
+    """Each planted one-GPU workload: fix --write, then run --try of its top finding for the bar."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(harness.SRC), os.environ.get("PYTHONPATH", ""))
+                                                       if p), "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
+    rows, t_start = [], time.perf_counter()
+    for name in [n for n in args.only.split(",") if n] or PLANTED:
+        if time.perf_counter() - t_start > args.budget_s:
+            rows.append({"name": name, "outcome": "not run (budget); run again with --only"})
+            continue
+        work = args.work / "planted" / name
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        shutil.copy(REPO / "src" / "gpudoctor" / "workloads" / f"{name}.py", work / f"{name}.py")
+        extra = args.workload_args.split()
+        res = gpudoctor_fix(work, f"{name}.py", extra, work / "fix-run", out / "logs-fix" / f"planted.{name}.log",
+                            steps=args.steps, repeats=args.repeats, env=env, timeout_s=args.timeout_s)
+        tried = try_gain(work, f"{name}.py.orig" if (work / f"{name}.py.orig").is_file() else f"{name}.py",
+                         work / "fix-run" / "baseline", env, out / "logs-fix" / f"planted.{name}.try.log", args.steps,
+                         extra)
+        fix = res.get("fix") or {}
+        gain = fix.get("gain")
+        row = {"name": name, **res, "try": tried, "hand_fix": {"fix": tried.get("knobs"), "gain": tried.get("gain"),
+                                                              "noise": tried.get("noise")}}
+        if tried.get("gain") is not None and gain is not None:
+            floor = tried["gain"] - (tried.get("noise") or 0.0)
+            row["outcome"] = f"{'met' if gain >= floor else 'not met'}: {gain:+.0%} vs --try {tried['gain']:+.0%} - noise"
+        elif not [c for c in fix.get("changes", []) if c.get("kept")]:
+            row["outcome"] = "no change kept" + (" (no testable finding: as expected for a tuned script)"
+                                                if tried.get("knobs") is None else "")
+        else:
+            row["outcome"] = "patched; --try gain unknown"
+        rows.append(row)
+        print(f"  {name}: {row['outcome']} ({res['wall_s']} s)", flush=True)
+    return rows
 
 
 def ab_gains(paths: list[Path]) -> dict:
@@ -161,18 +230,23 @@ def markdown(doc: dict) -> str:
         lines += ["## README example (basic_user, data-loader bound)", "",
                   f"fixed/original throughput, median of {len(r.get('a') or [])} interleaved rounds: "
                   f"{r.get('ratio') and round(r['ratio'], 2)}x — {r.get('outcome')}", ""]
-    if doc.get("rows"):
-        lines += ["## Corpus", "", "| script | verdict | changes kept / proposed | gain (noise) | hand fix | outcome |",
+    for key, heading in (("planted", "Planted workloads (hand fix = run --try of the top finding)"),
+                         ("rows", "Corpus (hand fix = corpus-ab)")):
+        if not doc.get(key):
+            continue
+        lines += [f"## {heading}", "", "| script | verdict | changes kept / proposed | gain (noise) | hand fix | outcome |",
                   "|---|---|---|---|---|---|"]
-        for row in doc["rows"]:
+        for row in doc[key]:
             fix = row.get("fix") or {}
             changes = fix.get("changes", [])
             kept = ", ".join(c["kind"] for c in changes if c.get("kept")) or "-"
             h = row.get("hand_fix") or {}
             gain = f"{fix['gain']:+.0%}" if fix.get("gain") is not None else "-"
+            gain += f" ± {fix['noise']:.0%}" if fix.get("noise") is not None else ""
             hand = f"{h.get('fix')} {h['gain']:+.0%}" if h.get("gain") is not None else "-"
-            lines.append(f"| {row['name']} | {row.get('verdict') or '-'} | {kept} / {len(changes)} | {gain} | "
-                         f"{hand} | {row.get('outcome')} |")
+            lines.append(f"| {row['name']} | {row.get('verdict') or (row.get('try') or {}).get('finding') or '-'} | "
+                         f"{kept} / {len(changes)} | {gain} | {hand} | {row.get('outcome')} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -180,7 +254,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--readme", action="store_true", help="the README example's bar")
-    p.add_argument("--readme-args", default="", help='the workload\'s arguments (the CPU check: "--size tiny")')
+    p.add_argument("--workload-args", default="", help='the README and planted workloads\' arguments (the CPU '
+                   'check: "--size tiny")')
+    p.add_argument("--planted", action="store_true", help="the planted one-GPU workloads (--only: a subset)")
     p.add_argument("--corpus", type=Path, default=None, help="the carried corpus folder (.corpus)")
     p.add_argument("--verdicts", type=Path, default=REPO / "bench/results/corpus/corpus-verdicts.json")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpudoctor-fix-bars"))
@@ -197,6 +273,8 @@ def main() -> None:
            "repeats": args.repeats}
     if args.readme:
         doc["readme"] = readme(args, args.out)
+    if args.planted:
+        doc["planted"] = planted(args, args.out)
     if args.corpus is not None:
         doc["rows"] = corpus(args, args.out)
     (args.out / "fix-bars.json").write_text(json.dumps(doc, indent=2))

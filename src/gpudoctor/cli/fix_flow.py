@@ -226,6 +226,7 @@ def _payload(script, source, final, outcomes, advice, b_run, final_cmp, final_ru
         "before": dataclasses.asdict(before) if before is not None else None,
         "after": dataclasses.asdict(after) if after is not None else None,
         "gain": final_cmp.gain if final_cmp is not None else None,
+        "noise": final_cmp.judgement.noise if final_cmp is not None and final_cmp.judgement is not None else None,
         "loss": {"before": losses(b_run), "after": losses(final_run)},
         "written": str(backup) if backup is not None else None,
         "exit_code": code,
