@@ -15,7 +15,8 @@ GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`
 GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
 GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same)
-GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, read when printed)
+GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
+                       -> ``losses.append(x.detach())``: read when printed, formatted)
 GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler where each epoch starts
 =====================  ==============================================================
 
@@ -51,7 +52,7 @@ WHY = {
     "bf16": "precision: bf16 autocast over the forward and loss (no GradScaler needed)",
     "fp16": "precision: fp16 autocast over the forward and loss, a GradScaler against underflow",
     "compile": "fuse the many small kernels of a launch-bound step",
-    "item": "sum the loss on the device; it is read only when printed, not every step",
+    "item": "keep the metric on the device: read when printed, not synchronised every step",
     "set_epoch": "a different shuffle every epoch on every rank",
 }
 
@@ -220,9 +221,12 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     if kind == "fp16":
         return _fp16_ops(found)
     if kind == "item":
+        src = found.ctx.source
         ops = [Op(REPLACE, found.pos(c.func), found.pos(found.stmt_of(c)),
-                  text=(f"{ast.unparse(c.func.value)}.detach", ast.unparse(c.func))) for c in item_accumulations(found)]
-        return ops, "no `total += loss.item()` read only in formatted output in the training loop"
+                  text=(f"{ast.get_source_segment(src, c.func.value)}.detach", ast.get_source_segment(src, c.func)))
+               for c in item_accumulations(found)]
+        return ops, ("no `total += loss.item()` or `losses.append(loss.item())` read only in formatted output "
+                     "in the training loop")
     if kind == "set_epoch":
         sampler, outer = sampler_name(found), epoch_loop(found)
         if sampler is None or outer is None:

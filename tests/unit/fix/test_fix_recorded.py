@@ -26,6 +26,7 @@ CASES = {
     "fp32_convnet": ("fp32_convnet", ["cudnn_benchmark", "tf32", "channels_last", "bf16"]),
     "ddp_no_set_epoch-2gpu": ("ddp_no_set_epoch", ["set_epoch", "compile", "loader"]),
     "tiny_batch": ("tiny_batch", ["compile"]),
+    "item_every_step": ("item_every_step", ["item"]),  # losses.append(loss.item()), accs.append(acc.cpu())
     "clean": ("clean", []),  # a tuned script: no patch
 }
 
