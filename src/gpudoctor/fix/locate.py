@@ -177,7 +177,7 @@ def origin(found: Located, name: str, func: ast.AST | None, depth: int = 0) -> t
     return name, func
 
 
-def _use_in(found: Located, scope: ast.AST | None) -> ast.AST | None:
+def use_in(found: Located, scope: ast.AST | None) -> ast.AST | None:
     """The statement of ``scope`` that leads to the training loop: the loop itself, or the call
     (of the function holding it, through call sites) made from ``scope``."""
     node: ast.AST | None = found.loop
@@ -189,7 +189,7 @@ def _use_in(found: Located, scope: ast.AST | None) -> ast.AST | None:
     return None
 
 
-def _dominating_assign(found: Located, name: str, scope: ast.AST | None, use: ast.AST | None) -> ast.stmt | None:
+def dominating_assign(found: Located, name: str, scope: ast.AST | None, use: ast.AST | None) -> ast.stmt | None:
     """The last ``name = ...`` of ``scope`` that always runs before ``use``: its block also holds
     ``use`` (or a statement around it) further down."""
     if use is None:
@@ -243,7 +243,7 @@ def _find_model(found: Located) -> None:
     local = [n for n in {outer, *ctx.params.get(found.func, ())}
              if origin(found, n, found.func) == (outer, scope)]
     found.model = local[0] if len(local) == 1 else None
-    found.model_assign = _dominating_assign(found, outer, scope, _use_in(found, scope))
+    found.model_assign = dominating_assign(found, outer, scope, use_in(found, scope))
     found.model_outer = outer
 
 
@@ -365,4 +365,4 @@ def sampler_name(found: Located) -> str | None:
     return None
 
 
-__all__ = ["Located", "epoch_loop", "locate", "sampler_name"]
+__all__ = ["Located", "dominating_assign", "epoch_loop", "locate", "origin", "sampler_name", "use_in"]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
+from gpudoctor.fix.host import host_slices
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op
@@ -44,7 +45,7 @@ PATCHED = ("GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE", "GD-RUN-H2D-BLOCKING", "G
 PRECISION = frozenset({"bf16", "fp16", "tf32"})
 WHY = {
     "loader": "load batches in worker processes, pinned, kept alive and prefetched",
-    "pin_memory": "page-locked batches copy faster and can overlap compute",
+    "pin_memory": "page-locked host memory copies faster and can overlap compute",
     "non_blocking": "copy the batch from pinned memory without blocking the host",
     "cudnn_benchmark": "pick the fastest convolution algorithms for these fixed shapes",
     "tf32": "precision: TF32 tensor cores for fp32 matmuls and convolutions",
@@ -98,6 +99,8 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
             done.add(kind)
             if kind == "pin_memory" and any(c.kind == "loader" and _sets_pin(c) for c in plan.changes):
                 continue  # the loader change pins already
+            if kind == "non_blocking" and any("non_blocking" in dict(o.kwargs) for c in plan.changes for o in c.ops):
+                continue  # the host tensors' pinning made the copies non-blocking already
             change, reason = _change(kind, finding.code, found, config, on_gpu)
             if change is not None and change.kind == "loader" and _sets_pin(change):
                 plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
@@ -239,6 +242,8 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
 
 def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
     call = found.loader_call
+    if call is None and kind == "pin_memory":
+        return _host_pin_ops(found)
     if call is None:
         return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
     if kind == "pin_memory":
@@ -253,6 +258,25 @@ def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bo
         return [], "the loader already has the planned settings"
     return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs,
                why=_loader_why(dict(kwargs)))], ""
+
+
+def _host_pin_ops(found: Located) -> tuple[list[Op], str]:
+    """No DataLoader: batches sliced from host tensors get those tensors pinned once, and the copies
+    made non-blocking (:mod:`gpudoctor.fix.host`)."""
+    slices = host_slices(found)
+    if not slices:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
+    ops, pinned = [], set()
+    for copy, assign in slices:
+        name = assign.targets[0].id
+        if name not in pinned:
+            pinned.add(name)
+            at = found.pos(assign)
+            ops.append(Op(INSERT_AFTER, at, at, text=(
+                f"{name} = {name}.pin_memory() if torch.cuda.is_available() else {name}",)))
+        ops.append(Op(SET_KWARGS, found.pos(copy), found.pos(found.stmt_of(copy)), kwargs=(("non_blocking", "True"),),
+                      why=WHY["non_blocking"]))
+    return ops, ""
 
 
 def _loader_why(kwargs: dict[str, str]) -> str:
