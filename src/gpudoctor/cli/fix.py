@@ -52,14 +52,14 @@ def backup_path(script: Path) -> Path:
 
 def write_fixed(script: Path, original: str, fixed: str) -> Path:
     """Keep a backup of ``original`` (exclusive create: never over a file), then replace ``script``."""
-    from gpudoctor.records.atomic import write_text_atomic
+    from gpudoctor.records.atomic import write_bytes_atomic
 
-    if script.read_text(encoding="utf-8") != original:
+    if script.read_bytes().decode("utf-8") != original:
         raise GpuDoctorUserError(f"{script} changed while gpudoctor fix ran; nothing written, run it again")
     backup = backup_path(script)
     with open(backup, "x", encoding="utf-8") as handle:
         handle.write(original)
-    write_text_atomic(script, fixed)
+    write_bytes_atomic(script, fixed.encode("utf-8"), mode=script.stat().st_mode & 0o7777)  # keeps +x
     return backup
 
 

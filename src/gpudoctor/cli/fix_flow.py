@@ -34,7 +34,7 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     from gpudoctor.fix.locate import locate
 
     console = stdout_console()
-    source = script.read_text(encoding="utf-8")
+    source = script.read_bytes().decode("utf-8")  # newlines as they are (CRLF kept)
     try:
         found = locate(source, str(script))
     except (SyntaxError, ValueError) as exc:
