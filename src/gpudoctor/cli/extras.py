@@ -18,6 +18,7 @@ TORCH_COMMANDS: dict[str, str] = {
     "memory estimate": "builds the model and trains two small batches",
     "memory run": "records torch's CUDA allocator while the script trains",
     "tune": "measures real training steps per setting",
+    "fix": "runs and measures the script under run's probes",
     "bench": "times matmuls, copies, collectives and a DataLoader with torch",
 }
 

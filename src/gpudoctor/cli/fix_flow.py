@@ -1,0 +1,266 @@
+"""The steps of ``gpudoctor fix`` (:mod:`gpudoctor.cli.fix`): run, plan, measure, print, write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.cli.fix import (
+    PATCHED,
+    patched_command,
+    python_command,
+    restore,
+    run_spec,
+    script_dir_on_path,
+    write_fixed,
+)
+from gpudoctor.errors import GpuDoctorUserError
+
+
+def _say(message: str) -> None:
+    from gpudoctor.cli.output import stderr_console
+
+    stderr_console().print(f"gpudoctor: {message}", highlight=False, markup=False)
+
+
+def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: bool, steps: int | None,
+               repeats: int, out: Path | None, profile: bool = True, json_output: bool = False) -> int:
+    """Run, plan, measure and print; write with ``write``. Returns the exit code."""
+    from gpudoctor.cli import diagnose as diag
+    from gpudoctor.cli.output import stdout_console
+    from gpudoctor.cli.run import _one
+    from gpudoctor.collectors import outdir
+    from gpudoctor.collectors.launch import DEFAULT_STEPS, default_run_dir
+    from gpudoctor.fix.locate import locate
+
+    console = stdout_console()
+    source = script.read_bytes().decode("utf-8")  # newlines as they are (CRLF kept)
+    try:
+        found = locate(source, str(script))
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        text = (f"{script}{f':{line}' if line else ''}: cannot parse it ({getattr(exc, 'msg', exc)}); "
+                "no patch. Fix the syntax error, then run gpudoctor fix again (or gpudoctor run "
+                "for the diagnosis alone).")
+        if json_output:
+            from gpudoctor.cli.output import emit_json
+
+            emit_json({"script": str(script), "error": text, "changes": [], "advice": [], "exit_code": 1})
+        else:
+            console.print(text, highlight=False, markup=False)
+        return 1
+    command = python_command(script, args)
+    base = out if out is not None else default_run_dir(command)
+    outdir.claim(base)
+    steps_given, steps = steps is not None, steps if steps is not None else DEFAULT_STEPS
+    _say(f"running {script} under the probes ({steps} steps) in {base / 'baseline'}")
+    b_out, b_run, findings = _one(run_spec(command, base / "baseline", steps, profile, repeat=False,
+                                           json_output=json_output), json_output)
+    if b_out.exit_code != 0 or not b_run.steps:
+        if json_output:
+            from gpudoctor.cli.output import emit_json
+
+            emit_json({"script": str(script), "baseline": diag.payload(b_run, findings), "changes": [],
+                       "advice": [], "exit_code": b_out.exit_code or 1})
+        else:
+            diag.render(b_run, findings, console)
+        _say(f"the run did not train ({b_out.manifest.status}); fix that first: nothing to patch")
+        return b_out.exit_code or 1
+    config = b_run.configs[min(b_run.configs)] if b_run.configs else None
+    changes, advice, lint_codes = _plan(source, script, found, findings or [], config)
+    env = script_dir_on_path(script)
+    try:
+        outcomes, final, final_cmp, final_run = _measure_all(
+            source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile,
+            json_output, steps_given)
+    finally:
+        restore(env)
+    code = 1 if advice and final == source else 0
+    backup = write_fixed(script, source, final) if final != source and write else None
+    if json_output:
+        from gpudoctor.cli.output import emit_json
+
+        emit_json(_payload(script, source, final, outcomes, advice, b_run, final_cmp, final_run, backup, base, code))
+        return code
+    _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run)
+    if backup is not None:
+        console.print(f"wrote {script} (the original kept as {backup})", highlight=False, markup=False)
+    elif final != source:
+        console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}",
+                      highlight=False, markup=False)
+    console.print(f"run directory: {base}", highlight=False, markup=False)
+    return code
+
+
+def _plan(source: str, script: Path, found: Any, findings: list, config: Any):
+    from gpudoctor.fix.edit import lint_fixes
+    from gpudoctor.fix.ops import Advice, Change
+    from gpudoctor.fix.plan import plan_fix
+
+    plan = plan_fix(found, findings, config)
+    try:
+        _, lint_codes = lint_fixes(source, str(script))
+    except Exception:  # libcst cannot parse what ast can: every finding gets its text  # noqa: BLE001
+        return [], plan.advice + [Advice(code=c.code, reason="libcst cannot parse the file", fix=next(
+            (f.fix for f in findings if f.code == c.code), "")) for c in plan.changes], ()
+    changes = list(plan.changes)
+    if lint_codes:
+        changes.append(Change(kind="lint", code=",".join(lint_codes), why="lint --fix's safe rewrites", ops=()))
+    return changes, plan.advice, lint_codes
+
+
+def patch(source: str, script: Path, changes: list) -> tuple[str, list]:
+    """The source with ``changes`` applied (lint rewrites last, re-linted); the changes dropped."""
+    from gpudoctor.fix.edit import apply_located, lint_fixes
+
+    located = [c for c in changes if c.kind != "lint"]
+    code, kept, dropped = apply_located(source, located)
+    if any(c.kind == "lint" for c in changes):
+        code, _ = lint_fixes(code, str(script))
+    return code, dropped
+
+
+def _slow_start(kinds: list[str], steps: int, steps_given: bool) -> tuple[int, bool]:
+    """Steps for a measurement of ``kinds``: ``compile`` compiles in its first steps, so without
+    --steps it runs as ``run --try compile`` does (``try_runs.steps_for``); then the 60-step
+    baseline cannot be reused (False)."""
+    from gpudoctor.cli.try_runs import SLOW_WARMUP_STEPS
+
+    if "compile" in kinds and not steps_given and steps < SLOW_WARMUP_STEPS:
+        return SLOW_WARMUP_STEPS, False
+    return steps, True
+
+
+def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats,
+                 measure, profile, json_output=False, steps_given=True):
+    from gpudoctor.fix.view import Outcome
+
+    outcomes: list[Outcome] = []
+    for i, change in enumerate(changes, 1):
+        code, dropped = patch(source, script, [change])
+        if dropped or code == source:
+            continue  # not applicable whole: planned but not located (reported by the plan)
+        if not measure:
+            outcomes.append(Outcome(change=change))
+            continue
+        folder = base / f"fix-{i}-{change.kind}"
+        n, reuse = _slow_start([change.kind], steps, steps_given)
+        comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run) if reuse else None, n, repeats,
+                                     profile, change.kind, json_output)
+        kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
+        outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
+    kept = [o.change for o in outcomes if o.kept]
+    final, _ = patch(source, script, kept)
+    final_cmp = final_run = None
+    measured = [o for o in outcomes if o.kept and o.comparison is not None]
+    if len(measured) == 1:
+        final_cmp = measured[0].comparison
+        final_run = _first_try(final_cmp)
+    elif len(measured) > 1:
+        n, reuse = _slow_start([c.kind for c in kept], steps, steps_given)
+        final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run) if reuse else None,
+                                            n, repeats, profile, "all kept changes", json_output)
+    return outcomes, final, final_cmp, final_run
+
+
+def _first_try(comparison) -> Any:
+    from gpudoctor.records.rundir import load_run
+
+    path = next((p for arm, p in comparison.run_dirs if arm == "try"), None)
+    return load_run(Path(path)) if path else None
+
+
+def _measure_one(code, script, command, folder: Path, first, steps, repeats, profile, what: str,
+                 json_output: bool = False):
+    """Interleaved A/B of the patched copy in ``folder`` against the original (``first`` reused)."""
+    from gpudoctor.cli.run import _one
+    from gpudoctor.cli.try_runs import measure
+    from gpudoctor.records.atomic import write_text_atomic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / script.name
+    write_text_atomic(copy, code)
+    patched = patched_command(command, copy)
+    runs: dict[str, Any] = {}
+
+    def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
+        return run_spec(patched if knobs == PATCHED else command, run_dir, steps, profile, repeat,
+                        json_output=json_output)
+
+    def run_one(spec: Any) -> tuple[Any, Any]:
+        outcome, data, _ = _one(spec, json_output)
+        runs[str(spec.run_dir)] = data
+        return outcome, data
+
+    result = measure(make_spec, folder, PATCHED, max_runs=repeats, first=first, run=run_one,
+                     on_run=lambda arm, n: _say(f"measuring {what}: {'original' if arm == 'baseline' else 'patched'} "
+                                                f"run {n} (at most {repeats} of each)"))
+    for outcome, data in result.tried:
+        if outcome.exit_code != 0:
+            _say(f"the patched script ({what}) ended {outcome.manifest.status}; see {data.path}/stdout.log")
+    tried = result.tried[0][1] if result.tried else None
+    return result.comparison, tried
+
+
+def _payload(script, source, final, outcomes, advice, b_run, final_cmp, final_run, backup, base, code) -> dict:
+    """The ``--json`` form: every change with its verdict, the advice, the diff and the table."""
+    import dataclasses
+
+    from gpudoctor.fix.view import figures, losses, unified_diff
+
+    def judged(outcome) -> dict:
+        j = outcome.comparison.judgement if outcome.comparison is not None else None
+        return {"kind": outcome.change.kind, "code": outcome.change.code, "why": outcome.change.why,
+                "precision": outcome.change.precision, "kept": outcome.kept,
+                "verdict": j.verdict if j is not None else None, "gain": j.gain if j is not None else None,
+                "noise": j.noise if j is not None else None,
+                "runs": [len(j.baseline), len(j.tried)] if j is not None else None}
+
+    before = figures(final_cmp, "before", b_run) if final_cmp is not None else None
+    after = figures(final_cmp, "after", final_run) if final_cmp is not None else None
+    return {
+        "script": str(script), "run_dir": str(base),
+        "changes": [judged(o) for o in outcomes],
+        "advice": [dataclasses.asdict(a) for a in advice],
+        "diff": unified_diff(source, final, str(script)),
+        "before": dataclasses.asdict(before) if before is not None else None,
+        "after": dataclasses.asdict(after) if after is not None else None,
+        "gain": final_cmp.gain if final_cmp is not None else None,
+        "noise": final_cmp.judgement.noise if final_cmp is not None and final_cmp.judgement is not None else None,
+        "loss": {"before": losses(b_run), "after": losses(final_run)},
+        "written": str(backup) if backup is not None else None,
+        "exit_code": code,
+    }
+
+
+def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run) -> None:
+    from gpudoctor.fix.view import advice_lines, change_line, figures, loss_table, losses, table, unified_diff
+
+    name = str(script)
+    if not outcomes and not advice:
+        console.print(f"{name}: no finding with a code fix; nothing to change", highlight=False, markup=False)
+    for i, outcome in enumerate(outcomes, 1):
+        console.print(change_line(i, outcome), highlight=False, markup=False)
+    for line in advice_lines(advice):  # code lines: never wrapped
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if final != source:
+        console.print(unified_diff(source, final, name), highlight=False, markup=False, end="", soft_wrap=True)
+    before = figures(final_cmp, "before", b_run)
+    after = figures(final_cmp, "after", final_run) if final_cmp is not None else None
+    if final_cmp is None:
+        from gpudoctor.analysis.try_compare import compare
+
+        before = figures(compare(b_run, b_run), "before", b_run)
+    if after is not None:
+        title = "before/after (same command and steps, runs interleaved)"
+    elif any(o.comparison is not None for o in outcomes):
+        title = "before (no change measured faster: nothing to apply)"
+    else:
+        title = "before (the patch was not measured)" if final != source else "before"
+    console.print(table(before, after, title))
+    precision = [o.change.kind for o in outcomes if o.kept and o.change.precision]
+    if final_run is not None:
+        console.print(loss_table(losses(b_run), losses(final_run), precision))
+
+
+__all__ = ["fix_script", "patch"]

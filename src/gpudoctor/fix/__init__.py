@@ -1,0 +1,14 @@
+"""``gpudoctor fix``: a run's findings turned into small, commented source changes, each kept only
+when it measured faster.
+
+- :mod:`gpudoctor.fix.locate` finds, statically, the code the findings are about: the training loop
+  (the loop that calls ``.backward()`` and steps the optimizer), the DataLoader it iterates, the
+  forward and loss of the model that optimizer trains, the batch copies to the device;
+- :mod:`gpudoctor.fix.metrics` finds the per-step metric reads that can wait for the print;
+- :mod:`gpudoctor.fix.plan` turns findings (and the lint fixes) into :class:`~gpudoctor.fix.ops.Change`
+  objects, each a few located edits with the finding's code and why;
+- :mod:`gpudoctor.fix.edit` applies changes with libcst, every other byte of the file kept;
+- :mod:`gpudoctor.fix.view` renders the diff, the before/after table and the loss comparison.
+
+Running and measuring is the command's (:mod:`gpudoctor.cli.fix`, through ``run``'s machinery).
+"""

@@ -1,0 +1,291 @@
+"""Findings -> located :class:`~gpudoctor.fix.ops.Change` objects, or text advice.
+
+One change per fix, each the code form of a ``--try`` knob (:mod:`gpudoctor.analysis.knob_map`
+decides which knobs verify which finding; the loader values come from the same
+:func:`~gpudoctor.analysis.knob_map.loader_plan` that ``--try`` and the finding's text use):
+
+=====================  ==============================================================
+finding                changes
+=====================  ==============================================================
+GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch)
+                       and ``non_blocking`` on the batch copies when memory is pinned
+GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
+GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader does not pin)
+GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`` (knob_map.fp32_knobs)
+GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
+GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
+GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same)
+GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
+                       -> ``losses.append(x.detach())``: read when printed, formatted)
+GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler where each epoch starts
+=====================  ==============================================================
+
+Only WARN (or worse) findings are patched: a tuned script gets no patch.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from dataclasses import dataclass, field
+
+from gpudoctor.analysis.facts import main_loader
+from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
+from gpudoctor.fix.host import host_slices
+from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
+from gpudoctor.fix.metrics import item_accumulations
+from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op
+from gpudoctor.records.finding import Finding
+from gpudoctor.records.gpu_specs import match_spec
+from gpudoctor.records.run import RankConfig
+
+PATCHED = ("GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE", "GD-RUN-H2D-BLOCKING", "GD-RUN-FP32-COMPUTE",
+           "GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK", "GD-RUN-LAUNCH-BOUND", "GD-RUN-HOST-SYNC",
+           "GD-RUN-NO-SET-EPOCH")
+PRECISION = frozenset({"bf16", "fp16", "tf32"})
+WHY = {
+    "loader": "load batches in worker processes, pinned, kept alive and prefetched",
+    "pin_memory": "page-locked host memory copies faster and can overlap compute",
+    "non_blocking": "copy the batch from pinned memory without blocking the host",
+    "cudnn_benchmark": "pick the fastest convolution algorithms for these fixed shapes",
+    "tf32": "precision: TF32 tensor cores for fp32 matmuls and convolutions",
+    "channels_last": "channels-last convolutions on tensor cores (model and 4-D input)",
+    "bf16": "precision: bf16 autocast over the forward and loss (no GradScaler needed)",
+    "fp16": "precision: fp16 autocast over the forward and loss, a GradScaler against underflow",
+    "compile": "fuse the many small kernels of a launch-bound step",
+    "item": "keep the metric on the device: read when printed, not synchronised every step",
+    "set_epoch": "a different shuffle every epoch on every rank",
+}
+
+
+@dataclass
+class Plan:
+    """What ``fix`` can patch in one file, and what it can only prescribe."""
+
+    changes: list[Change] = field(default_factory=list)
+    advice: list[Advice] = field(default_factory=list)
+
+
+def _kinds(finding: Finding, config: RankConfig | None, on_gpu: bool) -> list[str]:
+    code = finding.code
+    if code == "GD-RUN-DATALOADER":
+        plan = loader_plan(main_loader(config), config, on_gpu)
+        kinds = ["loader"] if (plan.workers or plan.pin_memory or plan.persistent_workers
+                               or plan.prefetch_factor) else []
+        return kinds + (["non_blocking"] if plan.non_blocking else [])
+    if code == "GD-RUN-H2D-PAGEABLE":
+        return ["pin_memory", "non_blocking"]
+    if code == "GD-RUN-H2D-BLOCKING":
+        loader = main_loader(config)
+        return ["non_blocking"] if loader is not None and loader.pin_memory else ["pin_memory", "non_blocking"]
+    if code == "GD-RUN-FP32-COMPUTE":
+        return fp32_knobs(config)
+    return {"GD-RUN-CHANNELS-LAST": ["channels_last"], "GD-RUN-CUDNN-BENCHMARK": ["cudnn_benchmark"],
+            "GD-RUN-LAUNCH-BOUND": ["compile"], "GD-RUN-HOST-SYNC": ["item"],
+            "GD-RUN-NO-SET-EPOCH": ["set_epoch"]}.get(code, [])
+
+
+def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None) -> Plan:
+    """The changes for the WARN-or-worse findings with a code fix, in the findings' order."""
+    on_gpu = config is not None and config.device.startswith("cuda")
+    plan, done = Plan(), set()
+    for finding in findings:
+        if finding.code not in PATCHED or finding.severity.value == "info":
+            continue
+        for kind in _kinds(finding, config, on_gpu):
+            kind = "fp16" if kind == "bf16" and not _has_bf16(config) else kind
+            if kind in done:
+                continue
+            done.add(kind)
+            if kind == "pin_memory" and any(c.kind == "loader" and _sets_pin(c) for c in plan.changes):
+                continue  # the loader change pins already
+            if kind == "non_blocking" and any("non_blocking" in dict(o.kwargs) for c in plan.changes for o in c.ops):
+                continue  # the host tensors' pinning made the copies non-blocking already
+            change, reason = _change(kind, finding.code, found, config, on_gpu)
+            if change is not None and change.kind == "loader" and _sets_pin(change):
+                plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
+            if change is not None:
+                plan.changes.append(change)
+            elif reason:  # "": nothing to change there (already done in the code)
+                plan.advice.append(Advice(code=finding.code, reason=f"{kind}: {reason}", fix=finding.fix))
+    return _pair_non_blocking(found, plan)
+
+
+def _pair_non_blocking(found: Located, plan: Plan) -> Plan:
+    """``non_blocking`` copies only help from pinned memory: with a change that pins the loader it
+    joins that change (measured together); without pinned memory it is left out."""
+    blocking = next((c for c in plan.changes if c.kind == "non_blocking"), None)
+    if blocking is None:
+        return plan
+    rest = [c for c in plan.changes if c is not blocking]
+    pins = next((c for c in rest if c.kind in ("loader", "pin_memory") and _sets_pin(c)), None)
+    if pins is not None:
+        ops = tuple(dataclasses.replace(o, why=WHY["non_blocking"]) for o in blocking.ops)
+        plan.changes = [dataclasses.replace(c, ops=c.ops + ops) if c is pins else c for c in rest]
+    elif not _pinned(found):
+        plan.changes = rest
+    return plan
+
+
+def _has_bf16(config: RankConfig | None) -> bool:
+    """bf16 unless the GPU is known to lack it (before Ampere: fp16 with a GradScaler instead)."""
+    spec = match_spec(config.device_name) if config is not None and config.device_name else None
+    return spec is None or spec.peak_tflops("bf16") is not None
+
+
+def _fp16_ops(found: Located) -> tuple[list[Op], str]:
+    """fp16 autocast, and the GradScaler in its order: scale the loss for backward, unscale before
+    a gradient clip, step through the scaler, update it after the step."""
+    if found.autocast or "scaler" in found.ctx.source:
+        return [], "the script already uses autocast or a name `scaler`"
+    step_stmt, back_stmt = found.stmt_of(found.step), found.stmt_of(found.backward)
+    if found.forward is None or not isinstance(back_stmt, ast.Expr) or not isinstance(step_stmt, ast.Expr) \
+            or found.loss is None or found.optimizer is None or found.step.args:
+        return [], "; ".join(found.notes) or "the forward, loss.backward() and optimizer.step() were not located"
+    first, last = (found.pos(s) for s in found.forward)
+    loop = found.pos(found.enclosing_loops()[0] if found.enclosing_loops() else found.loop)
+    opt, loss = found.optimizer, found.loss
+    ops = [Op(INSERT_BEFORE, loop, loop, text=('scaler = torch.amp.GradScaler("cuda")',)),
+           Op(WRAP, first, first, text=('torch.autocast("cuda", dtype=torch.float16)',), last=last),
+           Op(REPLACE, found.pos(found.backward.func), found.pos(back_stmt),
+              text=(f"scaler.scale({loss}).backward", f"{loss}.backward"),
+              why="the loss scaled up, so fp16 gradients do not underflow"),
+           Op(REPLACE, found.pos(found.step), found.pos(step_stmt), text=(f"scaler.step({opt})", f"{opt}.step()"),
+              why="steps with the unscaled gradients; skips a step whose gradients overflowed"),
+           Op(INSERT_AFTER, found.pos(step_stmt), found.pos(step_stmt), text=("scaler.update()",),
+              why="adjusts the scale after every step")]
+    for call, _ in found.ctx.calls:  # a clip between backward and step needs the true gradients
+        if (call.func.attr if isinstance(call.func, ast.Attribute) else "") in ("clip_grad_norm_", "clip_grad_value_") \
+                and back_stmt.lineno < call.lineno < step_stmt.lineno:
+            at = found.pos(found.stmt_of(call))
+            ops.append(Op(INSERT_BEFORE, at, at, text=(f"scaler.unscale_({opt})",),
+                          why="the clip must see the true (unscaled) gradients"))
+    return ops, ""
+
+
+def _sets_pin(change: Change) -> bool:
+    return any("pin_memory" in dict(o.kwargs) for o in change.ops)
+
+
+def _pinned(found: Located) -> bool:
+    call = found.loader_call
+    return call is not None and any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant)
+                                    and k.value.value is True for k in call.keywords)
+
+
+def _change(kind: str, code: str, found: Located, config: RankConfig | None,
+            on_gpu: bool) -> tuple[Change | None, str]:
+    if found.loop is None:
+        return None, "; ".join(found.notes) or "the training loop was not found"
+    if kind in ("cudnn_benchmark", "tf32", "channels_last", "bf16", "compile") and not found.torch_name:
+        return None, "the file does not `import torch` as torch"
+    ops, reason = _ops(kind, found, config, on_gpu)
+    if not ops:
+        return None, reason
+    return Change(kind=kind, code=code, why=WHY[kind], ops=tuple(ops), precision=kind in PRECISION), ""
+
+
+def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
+    if kind in ("loader", "pin_memory"):
+        return _loader_ops(kind, found, config, on_gpu)
+    if kind == "non_blocking":
+        ops = [Op(SET_KWARGS, found.pos(c), found.pos(found.stmt_of(c)), kwargs=(("non_blocking", "True"),))
+               for c in found.batch_moves]
+        done = found.batch_moves_non_blocking
+        return ops, "" if done else "no .to()/.cuda() of the batch tensors in the training loop"
+    if kind in ("cudnn_benchmark", "tf32", "channels_last", "compile") and found.model_assign is None:
+        return [], f"the assignment of the model ({found.model_outer or 'unknown'}) before the loop was not found"
+    at = found.pos(found.model_assign) if found.model_assign is not None else None
+    if kind == "cudnn_benchmark":
+        return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cudnn.benchmark = True",))], ""
+    if kind == "tf32":
+        return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cuda.matmul.allow_tf32 = True",
+                                                 "torch.backends.cudnn.allow_tf32 = True"))], ""
+    if kind == "compile":
+        return [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer}.compile()",))], ""
+    if kind == "channels_last":
+        if not found.conv:
+            return [], "no convolution built in this file"
+        ops = [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer} = {found.model_outer}.to(memory_format=torch.channels_last)",))]
+        if found.forward is not None and found.forward_input is not None:
+            x = found.forward_input
+            first = found.pos(found.forward[0])
+            ops.append(Op(INSERT_BEFORE, first, first, text=(
+                f"{x} = {x}.contiguous(memory_format=torch.channels_last) if {x}.dim() == 4 else {x}",)))
+        return ops, ""
+    if kind == "bf16":
+        if found.autocast:
+            return [], "the script already uses autocast"
+        if found.forward is None:
+            return [], "; ".join(found.notes) or "the forward and loss were not located"
+        first, last = (found.pos(s) for s in found.forward)
+        device = "cuda" if on_gpu or config is None else config.device.partition(":")[0]
+        return [Op(WRAP, first, first, text=(f'torch.autocast("{device}", dtype=torch.bfloat16)',), last=last)], ""
+    if kind == "fp16":
+        return _fp16_ops(found)
+    if kind == "item":
+        src = found.ctx.source
+        ops = [Op(REPLACE, found.pos(c.func), found.pos(found.stmt_of(c)),
+                  text=(f"{ast.get_source_segment(src, c.func.value)}.detach", ast.get_source_segment(src, c.func)))
+               for c in item_accumulations(found)]
+        return ops, ("no `total += loss.item()` or `losses.append(loss.item())` read only in formatted output "
+                     "in the training loop")
+    if kind == "set_epoch":
+        sampler, outer = sampler_name(found), epoch_loop(found)
+        if sampler is None or outer is None:
+            return [], "the DistributedSampler or the epoch loop around the training loop was not found"
+        start, var = outer
+        first = found.pos(start)
+        return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
+    return [], f"no code form for {kind}"
+
+
+def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
+    call = found.loader_call
+    if call is None and kind == "pin_memory":
+        return _host_pin_ops(found)
+    if call is None:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
+    if kind == "pin_memory":
+        kwargs = (("pin_memory", "True"),)
+    else:
+        plan = loader_plan(main_loader(config), config, on_gpu)
+        pairs = [("num_workers", str(plan.workers))] if plan.workers is not None else []
+        pairs += [(name, "True") for name in ("pin_memory", "persistent_workers") if getattr(plan, name)]
+        pairs += [("prefetch_factor", str(plan.prefetch_factor))] if plan.prefetch_factor is not None else []
+        kwargs = tuple(pairs)
+    if not kwargs:
+        return [], "the loader already has the planned settings"
+    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs,
+               why=_loader_why(dict(kwargs)))], ""
+
+
+def _host_pin_ops(found: Located) -> tuple[list[Op], str]:
+    """No DataLoader: batches sliced from host tensors get those tensors pinned once, and the copies
+    made non-blocking (:mod:`gpudoctor.fix.host`)."""
+    slices = host_slices(found)
+    if not slices:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
+    ops, pinned = [], set()
+    for copy, assign in slices:
+        name = assign.targets[0].id
+        if name not in pinned:
+            pinned.add(name)
+            at = found.pos(assign)
+            ops.append(Op(INSERT_AFTER, at, at, text=(
+                f"{name} = {name}.pin_memory() if torch.cuda.is_available() else {name}",)))
+        ops.append(Op(SET_KWARGS, found.pos(copy), found.pos(found.stmt_of(copy)), kwargs=(("non_blocking", "True"),),
+                      why=WHY["non_blocking"]))
+    return ops, ""
+
+
+def _loader_why(kwargs: dict[str, str]) -> str:
+    """What the loader keywords do, in the words of the values set."""
+    parts = [f"{kwargs['num_workers']} worker processes load the batches"] if "num_workers" in kwargs else []
+    parts += ["pinned for fast copies"] if "pin_memory" in kwargs else []
+    parts += ["kept alive between epochs"] if "persistent_workers" in kwargs else []
+    parts += [f"{kwargs['prefetch_factor']} batches ahead per worker"] if "prefetch_factor" in kwargs else []
+    return ", ".join(parts)
+
+
+__all__ = ["PATCHED", "WHY", "Plan", "plan_fix"]

@@ -1,0 +1,41 @@
+"""Small training scripts for ``gpudoctor fix``'s end-to-end tests (written into ``tmp_path``)."""
+
+# Data-loader bound on any machine: each sample takes 4 ms to "load" (a sleep, so a loaded CPU
+# does not blur it) and the step computes for about as long; in a worker process the loading
+# overlaps the step.
+LOADER_BOUND = '''\
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.randn(8), torch.randn(1)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(Slow(), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    total = 0.0
+    for step, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        time.sleep(0.012)
+        total += float(loss)
+    print("END OF SCRIPT", total)
+
+
+if __name__ == "__main__":
+    main()
+'''
