@@ -81,6 +81,8 @@ def run(
     ctx: typer.Context,
     steps: int = typer.Option(20, "--steps", help="Stop after N optimizer steps (the per-step curve)."),
     stages: int = typer.Option(3, "--stages", help="Probe each stage of the first K steps."),
+    modules: bool = typer.Option(False, "--modules", help="Also the memory of each module's forward "
+                                 "(kept and peak bytes, from forward hooks) in one probed step."),
     out: Path = typer.Option(None, "--out", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
     force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -101,6 +103,7 @@ def run(
     Examples:
       gpudoctor memory run -- python train.py --batch-size 64
       gpudoctor memory run --steps 20 --stages 2 -- python -m mypkg.train
+      gpudoctor memory run --modules -- python train.py    # + memory per module's forward
     """
     from gpudoctor.cli.output import emit_json, stderr_console, stdout_console
     from gpudoctor.collectors.launch import default_run_dir, resolve_command
@@ -118,7 +121,8 @@ def run(
     outdir.claim(base, force=force)
     try:
         result = memory_run(command, base, steps=steps, stages=stages,
-                            child_stdout_to_stderr=json_output, first_step_timeout_s=first_step_timeout)
+                            child_stdout_to_stderr=json_output, first_step_timeout_s=first_step_timeout,
+                            modules=modules)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
     outcome, report = result.outcome, result.report

@@ -69,6 +69,7 @@ class RunSpec:
             default placement (see :attr:`window`).
         memory_stages: memory mode (``gpudoctor memory run``): record the allocator at each
             stage of the first N optimizer steps and dump a snapshot on OOM; 0 (default) is off.
+        memory_modules: with memory mode, also the peak of each module's forward in one step.
     """
 
     command: tuple[str, ...]
@@ -84,6 +85,7 @@ class RunSpec:
     grace_s: float = 10.0
     sample_gpu: bool = True
     memory_stages: int = 0
+    memory_modules: bool = False
     profile_window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
@@ -200,6 +202,7 @@ def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> d
     env[instrument.ENV_KEEP_TRACE] = "1" if spec.keep_trace else ""
     env["PYTHONUNBUFFERED"] = "1"  # live output through the pipe
     env[instrument.ENV_MEMORY_STAGES] = str(spec.memory_stages) if spec.memory_stages else ""
+    env[instrument.ENV_MEMORY_MODULES] = "1" if spec.memory_stages and spec.memory_modules else ""
     env.pop(instrument.ENV_KNOBS, None)
     if spec.knobs:
         env.update(child_env(spec.knobs, env))

@@ -8,6 +8,8 @@ RUNDIR/
                          step completes an earlier one: see read_steps)
   window-rank{N}.json    WindowSummary of the profiler window
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
+  modules-rank{N}.jsonl  ModuleMemory lines (``gpudoctor memory run --modules``: one step)
+  leak-sites-rank{N}.json  LeakSites: allocation sites whose live bytes grew (memory mode)
   oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
                          per rank under torchrun), with
   oom-snapshot.pickle    the full allocator snapshot for PyTorch's memory viewer
@@ -34,7 +36,7 @@ from gpudoctor.records.base import SchemaError, read_json, read_jsonl, record
 from gpudoctor.records.env import CheckReport
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu import GpuSample, HostSample
-from gpudoctor.records.memory import OomSnapshot, StageMemory
+from gpudoctor.records.memory import LeakSites, ModuleMemory, OomSnapshot, StageMemory
 from gpudoctor.records.run import RankConfig, RunManifest, WindowSummary
 from gpudoctor.records.step import StepRecord
 
@@ -59,6 +61,8 @@ KIND_ENV = "check_report"
 KIND_FINDINGS = "findings"
 KIND_MEMORY = "memory_stages"
 KIND_OOM = "oom_snapshot"
+KIND_MODULES = "module_memory"
+KIND_LEAK_SITES = "leak_sites"
 
 
 def steps_file(rank: int) -> str:
@@ -75,6 +79,14 @@ def window_file(rank: int) -> str:
 
 def memory_file(rank: int) -> str:
     return f"memory-rank{rank}.jsonl"
+
+
+def modules_file(rank: int) -> str:
+    return f"modules-rank{rank}.jsonl"
+
+
+def leak_sites_file(rank: int) -> str:
+    return f"leak-sites-rank{rank}.json"
 
 
 @record
@@ -105,6 +117,8 @@ class RunData:
     findings_version: str = ""  # FindingList.analysis_version of findings.json
     memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
+    modules: dict[int, list[ModuleMemory]] = field(default_factory=dict)  # memory run --modules
+    leak_sites: dict[int, LeakSites] = field(default_factory=dict)  # memory mode
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
 
     @property
@@ -112,7 +126,7 @@ class RunData:
         return sorted(set(self.configs) | set(self.steps))
 
 
-_RANK_FILE = re.compile(r"^(config|steps|window|memory)-rank(\d+)\.jsonl?$")
+_RANK_FILE = re.compile(r"^(config|steps|window|memory|modules|leak-sites)-rank(\d+)\.jsonl?$")
 _STACKS_FILE = re.compile(r"^stacks-rank(\d+)\.txt$")
 
 
@@ -143,6 +157,10 @@ def load_run(path: Path) -> RunData:
             data.steps[rank] = read_steps(child)
         elif what == "memory":
             data.memory[rank] = list(read_jsonl(child, StageMemory, kind=KIND_MEMORY))
+        elif what == "modules":
+            data.modules[rank] = list(read_jsonl(child, ModuleMemory, kind=KIND_MODULES))
+        elif what == "leak-sites":
+            data.leak_sites[rank] = read_json(child, LeakSites, kind=KIND_LEAK_SITES)
         else:
             data.windows[rank] = read_json(child, WindowSummary, kind=KIND_WINDOW)
     if (path / GPU_SAMPLES).is_file():
