@@ -37,6 +37,8 @@ def estimate(
     device: str = typer.Option("auto", "--device", help="auto, cuda, cuda:N or cpu."),
     margin: float = typer.Option(0.1, "--margin", help="Share of GPU memory kept free."),
     json_output: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
+    what_ifs: list[str] = typer.Option([], "--what-if", help="What a change would save: checkpointing, "
+                                       "adafactor, adamw8bit or micro-batch=N (repeatable)."),
 ) -> None:
     """Estimate the peak memory of training MODEL at BATCH_SIZE before running it.
 
@@ -50,6 +52,8 @@ def estimate(
           --input image:3x224x224:1000 -b 64
       gpudoctor memory estimate --model mymodels.py:build \\
           --input tokens:1024:50257 -b 8 --precision bf16
+      gpudoctor memory estimate --model torchvision.models:resnet50 \\
+          --input image:3x224x224:1000 -b 256 --what-if checkpointing --what-if micro-batch=64
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.errors import GpuDoctorUserError
@@ -63,16 +67,34 @@ def estimate(
                                 probe_batches=probe_batches, device=device, margin=margin)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
+    from gpudoctor.memory.whatif import parse_what_if, what_if
+
+    try:
+        for change in what_ifs:
+            parse_what_if(change)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
     factory = load_factory(model)
     make_batch = batch_factory(input_spec)
     try:
         result = estimate_memory(factory, make_batch, config, model_name=model)
+        from gpudoctor.memory.estimate import default_loss
+
+        answers = [what_if(result, change, model_factory=factory, make_batch=make_batch, config=config,
+                           loss_fn=default_loss) for change in what_ifs]
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
     if json_output:
-        emit_json(result)
+        from gpudoctor.records.base import to_dict
+
+        emit_json({**to_dict(result), "what_if": to_dict(answers)} if answers else result)
     else:
-        stdout_console().print(render_estimate(result))
+        console = stdout_console()
+        console.print(render_estimate(result))
+        if answers:
+            from gpudoctor.report.memory_modules_view import render_what_if
+
+            console.print(render_what_if(answers))
 
 
 @memory_app.command("run", context_settings={"allow_extra_args": True, "allow_interspersed_args": False},

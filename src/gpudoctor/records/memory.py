@@ -149,3 +149,17 @@ class LeakSites:
     step_from: int
     step_to: int
     sites: tuple[SiteGrowth, ...] = ()
+
+
+@record
+class WhatIf:
+    """What one change would do to a memory estimate (``memory estimate --what-if``)."""
+
+    change: str  # "checkpointing", "adafactor", "adamw8bit", "micro-batch=8"
+    part: str  # the part it changes: "activations" or "optimizer state"
+    before_bytes: int  # that part now, at the estimate's batch size
+    after_bytes: int  # that part with the change
+    peak_before_bytes: int
+    peak_after_bytes: int
+    how: str  # how the new figure is known
+    notes: tuple[str, ...] = ()
