@@ -60,6 +60,8 @@ class Parallel:
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Move ``model`` to the device and wrap it for the strategy."""
+        if self.config.sync_batchnorm and self.strategy in ("ddp", "fsdp"):
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         model = model.to(self.device)
         if self.strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
