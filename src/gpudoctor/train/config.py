@@ -129,7 +129,12 @@ class PerfConfig:
             (an op with no deterministic kernel raises), ``cudnn.deterministic`` with
             ``cudnn.benchmark`` off, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA
             starts. It costs speed (no autotuned convolutions, slower deterministic kernels for
-            scatter/index ops): measure it with tests/gpu/test_engine_switches_gpu.py.
+            scatter/index ops): measure it with tests/gpu/test_engine_switches_gpu.py. An op with
+            no deterministic CUDA kernel raises (``AdaptiveAvgPool2d``'s backward is one, in every
+            torchvision ResNet);
+        deterministic_warn_only: with ``deterministic``, such an op warns and runs instead
+            (``use_deterministic_algorithms(True, warn_only=True)``): the run is then repeatable
+            except for those ops.
     """
 
     compile: bool = False
@@ -138,6 +143,7 @@ class PerfConfig:
     cudnn_benchmark: bool = True
     activation_checkpointing: tuple[str, ...] = ()
     deterministic: bool = False
+    deterministic_warn_only: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "perf.")

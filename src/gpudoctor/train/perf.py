@@ -35,7 +35,7 @@ def configure_backends(config: PerfConfig, device: torch.device) -> None:
     """cuDNN benchmark mode (pick the fastest convolution per shape; shapes must be stable), or
     ``perf.deterministic``: deterministic algorithms everywhere, cuDNN deterministic, no autotuning."""
     if config.deterministic:
-        torch.use_deterministic_algorithms(True)
+        torch.use_deterministic_algorithms(True, warn_only=config.deterministic_warn_only)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
         return

@@ -54,6 +54,7 @@ CASES = [
     ("perf", "cudnn_benchmark", None, r"perf.cudnn_benchmark=None: expected true or false"),
     ("perf", "activation_checkpointing", [1], r"perf.activation_checkpointing=\[1\]: expected a list of names"),
     ("perf", "deterministic", 1, r"perf.deterministic=1: expected true or false"),
+    ("perf", "deterministic_warn_only", "no", r"perf.deterministic_warn_only='no': expected true or false"),
     ("checkpoint", "dir", 3, r"checkpoint.dir=3: expected a string or leave it out"),
     ("checkpoint", "every_steps", 2.5, r"checkpoint.every_steps=2.5: expected a whole number"),
     ("checkpoint", "keep_last", 1.5, r"checkpoint.keep_last=1.5: expected a whole number"),

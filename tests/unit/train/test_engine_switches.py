@@ -23,17 +23,23 @@ from helpers_train import Recorder, cpu_config, tiny_data, tiny_loader, tiny_mod
 def restore_determinism(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
-              torch.backends.cudnn.benchmark)
+              torch.backends.cudnn.benchmark, torch.is_deterministic_algorithms_warn_only_enabled())
     yield
-    torch.use_deterministic_algorithms(before[0])
+    torch.use_deterministic_algorithms(before[0], warn_only=before[3])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
 
 
 def test_deterministic_mode_sets_the_three_switches(restore_determinism) -> None:
     Engine(cpu_config(perf=PerfConfig(deterministic=True)))
     assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+
+
+def test_deterministic_warn_only(restore_determinism) -> None:
+    Engine(cpu_config(perf=PerfConfig(deterministic=True, deterministic_warn_only=True)))
+    assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
 
 
 def test_deterministic_mode_keeps_a_users_cublas_setting_and_is_off_by_default(restore_determinism,
