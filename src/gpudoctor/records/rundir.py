@@ -10,6 +10,8 @@ RUNDIR/
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
   modules-rank{N}.jsonl  ModuleMemory lines (``gpudoctor memory run --modules``: one step)
   leak-sites-rank{N}.json  LeakSites: allocation sites whose live bytes grew (memory mode)
+  bench.json             `gpudoctor bench copy --json` saved here by the user (optional): its
+                         pinned host-to-device figure is the copy ceiling the PCIe rule uses
   oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
                          per rank under torchrun), with
   oom-snapshot.pickle    the full allocator snapshot for PyTorch's memory viewer
@@ -28,6 +30,7 @@ Every JSON file carries ``schema_version``; see :mod:`gpudoctor.records.base`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +50,7 @@ ENV = "env.json"
 FINDINGS = "findings.json"
 STDOUT = "stdout.log"
 REPORT = "report.html"
+BENCH = "bench.json"
 OOM = "oom.json"
 OOM_PICKLE = "oom-snapshot.pickle"
 _OOM_FILE = re.compile(r"oom(?:-rank(\d+))?\.json")
@@ -119,6 +123,7 @@ class RunData:
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
     modules: dict[int, list[ModuleMemory]] = field(default_factory=dict)  # memory run --modules
     leak_sites: dict[int, LeakSites] = field(default_factory=dict)  # memory mode
+    copy_ceiling_gbs: float | None = None  # pinned H2D GB/s from bench.json, when the user saved one
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
 
     @property
@@ -172,10 +177,30 @@ def load_run(path: Path) -> RunData:
     snapshots = oom_files(path)
     if snapshots:  # the whole process's, else the lowest rank's
         data.oom = read_json(snapshots[0], OomSnapshot, kind=KIND_OOM)
+    if (path / BENCH).is_file():
+        data.copy_ceiling_gbs = copy_ceiling(path / BENCH)
     if (path / FINDINGS).is_file():
         stored = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS)
         data.findings, data.findings_version = stored.findings, stored.analysis_version
     return data
+
+
+def copy_ceiling(path: Path) -> float | None:
+    """The pinned host-to-device GB/s of a saved ``gpudoctor bench copy --json`` (its largest
+    buffer: the link's sustained rate), or ``None`` when the file holds none.
+
+    Raises:
+        SchemaError: the file is not JSON, worded with what to save there.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SchemaError(f"{path}: not the output of `gpudoctor bench copy --json` ({exc})") from None
+    rows = [r for r in (data.get("results") or []) if isinstance(r, dict) and r.get("op") == "h2d_pinned"
+            and r.get("unit") == "GB/s" and isinstance(r.get("median"), (int, float))]
+    if not rows:
+        return None
+    return float(max(rows, key=lambda r: r.get("size_bytes") or 0)["median"])
 
 
 def read_steps(path: Path) -> list[StepRecord]:
