@@ -58,11 +58,15 @@ S.run_dir = Path(sys.argv[1])
 S.owner_pid = os.getpid()
 memory_probe._cuda_ready = lambda: FakeTorch
 memory_probe._start_history = lambda torch: None
+if sys.argv[2] == "modules":  # the module hooks read torch.cuda's counters: the stand-in's
+    os.environ["GPUDOCTOR_MEMORY_MODULES"] = "1"
+    for name in ("memory_allocated", "max_memory_allocated", "reset_peak_memory_stats"):
+        setattr(torch.cuda, name, getattr(FakeTorch.cuda, name))
 patches.install_all()
 memory_probe.install(2)
 import torch.optim.optimizer as optim_mod
 optim_mod.register_optimizer_step_post_hook(lambda *a: setattr(S, "step", S.step + 1))
-model = nn.Linear(4, 1)
+model = nn.Linear(4, 1) if sys.argv[2] != "modules" else nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 4)), batch_size=8)
 order = sys.argv[2]
@@ -83,6 +87,10 @@ for (x,) in data:
         loss = nn.functional.mse_loss(model(x), torch.zeros(8, 1))
         loss.backward()
         opt.step()
+    elif order == "modules":
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
     else:  # "functional": a forward that is no module call: the forward stage comes at backward()
         (x @ model.weight.t()).sum().backward()
         opt.step()
@@ -138,6 +146,19 @@ def test_stages_follow_the_scripts_order_when_zero_grad_comes_first(tmp_path: Pa
         "model", "batch", "zero_grad", "forward", "loss", "backward", "optimizer",
         "batch", "zero_grad", "forward", "loss", "backward", "optimizer",
     ]
+
+
+def test_modules_are_measured_in_one_step_and_stage_peaks_stay_whole(tmp_path: Path) -> None:
+    from gpudoctor.records.base import read_jsonl
+    from gpudoctor.records.memory import ModuleMemory
+    from gpudoctor.records.rundir import KIND_MODULES, modules_file
+
+    lines, _ = _probe_order(tmp_path, "modules")
+    assert [s.stage for s in lines][:6] == ["model", "batch", "forward", "loss", "backward", "optimizer"]
+    modules = list(read_jsonl(tmp_path / modules_file(0), ModuleMemory, kind=KIND_MODULES))
+    assert {(m.name, m.type, m.depth, m.step) for m in modules} == {
+        ("", "Sequential", 0, 1), ("0", "Linear", 1, 1), ("1", "ReLU", 1, 1), ("2", "Linear", 1, 1)}
+    assert all(m.calls == 1 for m in modules)
 
 
 def test_a_forward_that_is_no_module_call_is_recorded_at_backward(tmp_path: Path) -> None:

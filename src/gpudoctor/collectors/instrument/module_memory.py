@@ -101,6 +101,13 @@ class ModulePeaks:
                 for r in self.rows.values()]
 
 
+def _compiling() -> bool:
+    import torch
+
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and compiler.is_compiling())
+
+
 def trains(module: Any) -> bool:
     """A module whose forward is a training forward: trainable parameters, grad mode on."""
     import torch
@@ -143,6 +150,8 @@ class ModuleHooks:
             self.peaks.stack.clear()
 
     def _pre(self, module: Any, args: Any) -> None:
+        if _compiling():  # inside a torch.compile trace: the compiled module's outer call counts
+            return
         if not self.active():
             self.remove()
             return
@@ -161,7 +170,7 @@ class ModuleHooks:
                              type(module).__name__)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self.root_key is None:
+        if self.root_key is None or _compiling():
             return
         if self.measuring and self.peaks is not None:
             self.peaks.leave(id(module))
