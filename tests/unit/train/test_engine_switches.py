@@ -13,7 +13,7 @@ from torch import nn
 from gpudoctor.core.dist import DistEnv
 from gpudoctor.train import Engine, PerfConfig, Trainer, fast_loader, normalize_on_device, uint8_collate
 from gpudoctor.train.config import ParallelConfig, PrecisionConfig
-from gpudoctor.train.parallel import Parallel
+from gpudoctor.train.parallel import Parallel, sync_batchnorm
 from gpudoctor.train.perf import CUBLAS_WORKSPACE, prepare_deterministic
 
 from helpers_train import Recorder, cpu_config, tiny_data, tiny_loader, tiny_model
@@ -69,9 +69,10 @@ def _bn_model() -> nn.Module:
 def test_sync_batchnorm_converts_only_for_several_processes() -> None:
     single = Parallel(ParallelConfig(strategy="none", sync_batchnorm=True), DistEnv(), torch.device("cpu"))
     assert isinstance(single.wrap(_bn_model())[1], nn.BatchNorm2d)
-    # the conversion itself, as wrap does it under ddp/fsdp (the 2-process run is the GPU job's)
-    converted = nn.SyncBatchNorm.convert_sync_batchnorm(_bn_model())
-    assert isinstance(converted[1], nn.SyncBatchNorm)
+    on = ParallelConfig(sync_batchnorm=True)
+    for strategy in ("ddp", "fsdp"):  # what wrap does before DDP/fully_shard (SyncBatchNorm runs on CUDA only)
+        assert isinstance(sync_batchnorm(_bn_model(), on, strategy)[1], nn.SyncBatchNorm)
+    assert isinstance(sync_batchnorm(_bn_model(), ParallelConfig(), "ddp")[1], nn.BatchNorm2d)
     assert ParallelConfig().sync_batchnorm is False
 
 
