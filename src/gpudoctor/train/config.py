@@ -130,8 +130,8 @@ class PerfConfig:
             ``cudnn.benchmark`` off, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA
             starts. It costs speed (no autotuned convolutions, slower deterministic kernels for
             scatter/index ops): measure it with tests/gpu/test_engine_switches_gpu.py. An op with
-            no deterministic CUDA kernel raises (``AdaptiveAvgPool2d``'s backward is one, in every
-            torchvision ResNet);
+            no deterministic CUDA kernel raises (``torch.use_deterministic_algorithms`` lists them:
+            ``AdaptiveAvgPool2d``'s backward, in every torchvision ResNet, and ``NLLLoss`` on CUDA);
         deterministic_warn_only: with ``deterministic``, such an op warns and runs instead
             (``use_deterministic_algorithms(True, warn_only=True)``): the run is then repeatable
             except for those ops.
