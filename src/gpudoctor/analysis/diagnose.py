@@ -15,10 +15,12 @@ from gpudoctor.analysis import (
     compute_rules,
     conv_rules,
     distributed_rules,
+    grad_sync_rules,
     gradient_rules,
     input_rules,
     memory_rules,
     numerics_rules,
+    pcie_rules,
     run_rules,
     stall_rules,
     sync_rules,
@@ -55,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     distributed_rules.check_set_epoch,
     distributed_rules.check_dist_sampler,
     distributed_rules.check_data_parallel,
+    grad_sync_rules.check_manual_allreduce,
     distributed_rules.check_same_gpu,
     distributed_rules.check_comm_exposed,
     distributed_rules.check_straggler,
@@ -71,6 +74,7 @@ CORRECTNESS_ORDER = (
     memory_rules.CODE_LEAK,
     memory_rules.CODE_FRAG,
     distributed_rules.CODE_NO_DIST_SAMPLER,
+    grad_sync_rules.CODE_DOUBLE_ALLREDUCE,
     distributed_rules.CODE_SET_EPOCH,
     distributed_rules.CODE_DATA_PARALLEL,
     run_rules.CODE_CRASHED,
@@ -109,6 +113,7 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     findings.extend(stall)
     for rule in RULES:
         findings.extend(rule(facts, th))
+    findings.extend(pcie_rules.check_pcie_demand(facts, run.copy_ceiling_gbs))  # with bench copy's figure
     return order_findings(findings)
 
 

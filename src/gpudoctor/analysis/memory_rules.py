@@ -63,7 +63,8 @@ def _leak(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding]:
             "# something keeps tensors (and their autograd graph) alive across steps:\n"
             "total_loss += loss.item()            # or loss.detach(), not the graph-carrying loss\n"
             "history.append(logits.detach())      # .detach().cpu() if kept for long\n"
-            "# find the holder: torch.cuda.memory._record_memory_history(), then\n"
+            "# find the holder: gpudoctor memory run -- <your command>   (names the lines whose live\n"
+            "# bytes grow), or torch.cuda.memory._record_memory_history(), then\n"
             "# torch.cuda.memory._dump_snapshot(\"leak.pickle\") and open it in pytorch.org/memory_viz"
         ),
         expected_gain=None,

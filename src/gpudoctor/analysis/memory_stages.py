@@ -11,18 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpudoctor.analysis.facts import run_facts
+from gpudoctor.analysis.memory_leak_sites import name_leak_sites
 from gpudoctor.analysis.memory_model import max_batch_that_fits
-from gpudoctor.analysis.memory_rules import check_fragmentation, check_headroom, check_leak
+from gpudoctor.analysis.memory_modules import ModuleTable, module_table
+from gpudoctor.analysis.memory_rules import CODE_LEAK, check_fragmentation, check_headroom, check_leak
 from gpudoctor.analysis.oom import AllocationSite, explain_oom, top_sites
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding
-from gpudoctor.records.memory import StageMemory
+from gpudoctor.records.memory import LeakSites, StageMemory
 from gpudoctor.records.rundir import RunData
 
 WHAT = {
     "model": "weights, start-up",
     "batch": "+ the batch",
     "forward": "+ activations",
+    "loss": "+ the loss (after the forward)",
     "backward": "+ gradients, - activations",
     "optimizer": "+ optimizer state (created at step 0)",
     "zero_grad": "- the previous gradients",
@@ -64,6 +67,9 @@ class MemoryParts:
     optimizer_first_bytes: int | None  # optimizer - backward at step 0: the state is created
     optimizer_later_bytes: int | None  # the same at the last probed step (about 0 when steady)
     peak_bytes: int | None  # highest stage peak
+    # loss - forward, last probed step (what was made between the forward's end and backward());
+    # None when the script's forward was not seen as a module call (then "forward" holds it)
+    loss_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,8 @@ class MemoryRunReport:
     oom_sites: tuple[AllocationSite, ...] = ()
     oom_pickle: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    modules: ModuleTable | None = None  # memory run --modules
+    leak_sites: LeakSites | None = None  # sites whose live bytes grew after the probed steps
 
 
 def stage_rows(stages: list[StageMemory]) -> list[StageRow]:
@@ -152,10 +160,13 @@ def stage_parts(stages: list[StageMemory]) -> MemoryParts:
     batch0 = _at(stages, "batch", first)
     backward = _at(stages, "backward", last)
     backward0 = _at(stages, "backward", first)
+    forward = _added_since_batch(stages, last, "forward")
+    loss = _added_since_batch(stages, last, "loss")
     return MemoryParts(
+        loss_bytes=loss - forward if loss is not None and forward is not None else None,
         model_bytes=model.allocated_bytes if model else None,
         batch_bytes=_diff(batch0, model),
-        activation_bytes=_added_since_batch(stages, last, "forward"),
+        activation_bytes=forward,
         gradient_bytes=_added_since_batch(stages, last, "backward"),
         backward_peak_bytes=backward0.peak_allocated_bytes if backward0 else None,
         optimizer_first_bytes=_diff(_at(stages, "optimizer", first), backward0),
@@ -164,8 +175,10 @@ def stage_parts(stages: list[StageMemory]) -> MemoryParts:
     )
 
 
-def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None) -> MemoryRunReport:
-    """The memory report of a run directory recorded by ``gpudoctor memory run``."""
+def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None, *,
+                       modules_requested: bool = False) -> MemoryRunReport:
+    """The memory report of a run directory recorded by ``gpudoctor memory run``
+    (``modules_requested``: ``--modules`` was given, so its absence is worth a note)."""
     th = thresholds or Thresholds()
     ranks = sorted(set(run.memory) | set(run.steps) | set(run.configs))
     rank = ranks[0] if ranks else None
@@ -189,6 +202,15 @@ def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None) -> Me
     if steps:
         facts = run_facts(run, th)
         findings += check_leak(facts, th) + check_fragmentation(facts, th) + check_headroom(facts, th)
+    sites = run.leak_sites.get(rank) if rank is not None else None
+    findings = name_leak_sites(findings, sites, CODE_LEAK)
+    modules = module_table(run.modules.get(rank, [])) if rank is not None else None
+    if modules_requested and modules is None:
+        notes.append("no module memory recorded: per-module forward memory reads the CUDA allocator's "
+                     "peak counter and needs a CUDA GPU (on a CPU, `gpudoctor memory estimate` measures "
+                     "activations from the tensors autograd saves)" if not stages else
+                     "no module memory recorded: no forward of a module with trainable parameters was "
+                     "seen in the measured step")
     frag = None
     last_mem = next((s.mem for s in reversed(steps) if s.mem is not None), None)
     if last_mem is not None:
@@ -214,7 +236,8 @@ def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None) -> Me
     return MemoryRunReport(
         rank=rank, on_gpu=bool(stages), rows=tuple(stage_rows(stages)), parts=parts, curve=curve,
         fragmentation=frag, fit=fit, findings=tuple(findings), oom_sites=oom_sites,
-        oom_pickle=pickle, notes=tuple(notes),
+        oom_pickle=pickle, notes=tuple(notes), modules=modules,
+        leak_sites=sites if sites is not None and sites.sites else None,
     )
 
 
@@ -226,7 +249,7 @@ def _fit(run: RunData, rank: int | None, parts: MemoryParts | None, steps: list)
     capacity = config.gpu_total_memory_bytes if config is not None else None
     if not batch or not capacity or parts.activation_bytes <= 0:
         return None
-    per_sample = parts.activation_bytes // batch
+    per_sample = (parts.activation_bytes + max(parts.loss_bytes or 0, 0)) // batch
     fixed = parts.peak_bytes - per_sample * batch
     return BatchFit(
         batch_size=batch, activation_bytes_per_sample=per_sample, fixed_bytes=fixed,

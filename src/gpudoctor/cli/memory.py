@@ -38,6 +38,8 @@ def estimate(
     device: str = typer.Option("auto", "--device", help="auto, cuda, cuda:N or cpu."),
     margin: float = typer.Option(0.1, "--margin", help="Share of GPU memory kept free."),
     json_output: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
+    what_ifs: list[str] = typer.Option([], "--what-if", help="What a change would save: checkpointing, "
+                                       "adafactor, adamw8bit or micro-batch=N (repeatable)."),
 ) -> None:
     """Estimate the peak memory of training MODEL at BATCH_SIZE before running it.
 
@@ -51,6 +53,8 @@ def estimate(
           --input image:3x224x224:1000 -b 64
       gpudoctor memory estimate --model mymodels.py:build \\
           --input tokens:1024:50257 -b 8 --precision bf16
+      gpudoctor memory estimate --model torchvision.models:resnet50 \\
+          --input image:3x224x224:1000 -b 256 --what-if checkpointing --what-if micro-batch=64
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.cli.progress import Progress
@@ -65,17 +69,37 @@ def estimate(
                                 probe_batches=probe_batches, device=device, margin=margin)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from None
+    from gpudoctor.memory.whatif import parse_what_if, what_if
+
+    try:
+        for change in what_ifs:
+            parse_what_if(change)
+    except ValueError as exc:
+        raise GpuDoctorUserError(str(exc)) from None
     with Progress() as progress:
         progress.stage(f"importing {model}")
         factory, make_batch = _reporting(load_factory(model), batch_factory(input_spec), config, progress)
         try:
             result = estimate_memory(factory, make_batch, config, model_name=model)
+            from gpudoctor.memory.estimate import default_loss
+
+            if what_ifs:
+                progress.stage("answering --what-if")
+            answers = [what_if(result, change, model_factory=factory, make_batch=make_batch, config=config,
+                               loss_fn=default_loss) for change in what_ifs]
         except ValueError as exc:
             raise GpuDoctorUserError(str(exc)) from None
     if json_output:
-        emit_json(result)
+        from gpudoctor.records.base import to_dict
+
+        emit_json({**to_dict(result), "what_if": to_dict(answers)} if answers else result)
     else:
-        stdout_console().print(render_estimate(result))
+        console = stdout_console()
+        console.print(render_estimate(result))
+        if answers:
+            from gpudoctor.report.memory_modules_view import render_what_if
+
+            console.print(render_what_if(answers))
 
 
 def _reporting(factory: Any, make_batch: Any, config: Any, progress: Any) -> tuple[Any, Any]:
@@ -102,6 +126,8 @@ def run(
                               "default 20)."),
     full: bool = typer.Option(False, "--full", help="Let the script run to its end instead."),
     stages: int = typer.Option(3, "--stages", help="Probe each stage of the first K steps."),
+    modules: bool = typer.Option(False, "--modules", help="Also the memory of each module's forward "
+                                 "(kept and peak bytes, from forward hooks) in one probed step."),
     out: Path = typer.Option(None, "--out", "-o", help="Run directory: a new one (default gpudoctor-runs/<time>-<name>)."),
     force: bool = typer.Option(False, "--force", help="Let --out replace an earlier gpudoctor run there."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -122,6 +148,7 @@ def run(
     Examples:
       gpudoctor memory run -- python train.py --batch-size 64
       gpudoctor memory run --steps 20 --stages 2 -- python -m mypkg.train
+      gpudoctor memory run --modules -- python train.py    # + memory per module's forward
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.cli.progress import Progress
@@ -144,7 +171,7 @@ def run(
         with Progress() as progress:
             result = memory_run(command, base, stages=stages,
                                 steps=None if full else (steps if steps is not None else DEFAULT_STEPS),
-                                first_step_timeout_s=first_step_timeout,
+                                first_step_timeout_s=first_step_timeout, modules=modules,
                                 say=progress.say, echo=progress.echo, on_progress=progress.run)
             if result.outcome.message:
                 progress.say(f"gpudoctor: {result.outcome.message}")

@@ -74,6 +74,7 @@ class RunSpec:
             stage of the first N optimizer steps and dump a snapshot on OOM; 0 (default) is off.
         trace_dir: also write the window's trace there (:mod:`~gpudoctor.collectors.trace_export`).
         nvtx: NVTX ranges around each step, optimizer step and data wait (Nsight Systems).
+        memory_modules: with memory mode, also the peak of each module's forward in one step.
     """
 
     command: tuple[str, ...]
@@ -89,6 +90,7 @@ class RunSpec:
     grace_s: float = 10.0
     sample_gpu: bool = True
     memory_stages: int = 0
+    memory_modules: bool = False
     profile_window: tuple[int, int] | None = None
     trace_dir: Path | None = None
     nvtx: bool = False
@@ -215,6 +217,7 @@ def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> d
     env[instrument.ENV_MEMORY_STAGES] = str(spec.memory_stages) if spec.memory_stages else ""
     env[instrument.ENV_TRACE_DIR] = str(spec.trace_dir.resolve()) if spec.trace_dir is not None else ""
     env[instrument.ENV_NVTX] = "1" if spec.nvtx else ""
+    env[instrument.ENV_MEMORY_MODULES] = "1" if spec.memory_stages and spec.memory_modules else ""
     env.pop(instrument.ENV_KNOBS, None)
     if spec.knobs:
         env.update(child_env(spec.knobs, env))

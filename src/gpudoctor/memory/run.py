@@ -32,11 +32,13 @@ def memory_run(
     stages: int = DEFAULT_STAGES, child_stdout_to_stderr: bool = True,
     first_step_timeout_s: float = 120.0, say: Callable[[str], None] | None = None,
     echo: Callable[[bytes], None] | None = None, on_progress: Callable[[Any], None] | None = None,
+    modules: bool = False,
 ) -> MemoryRun:
     """Run ``command`` with the memory probes; load and analyse its run directory.
 
     ``say``, ``echo`` and ``on_progress`` go to :func:`run_instrumented` (messages, the script's
-    output, its stage and step).
+    output, its stage and step). ``modules``: also record each module's forward memory in one
+    probed step (``--modules``).
 
     Raises:
         ValueError: bad ``steps``/``stages`` (worded with the fix).
@@ -45,8 +47,8 @@ def memory_run(
     if stages < 1:
         raise ValueError(f"--stages {stages}: must be at least 1 (the first steps to probe)")
     spec = RunSpec(command=command, run_dir=run_dir, steps=steps, profile=False,
-                   memory_stages=stages, first_step_timeout_s=first_step_timeout_s,
+                   memory_stages=stages, memory_modules=modules, first_step_timeout_s=first_step_timeout_s,
                    child_stdout_to_stderr=child_stdout_to_stderr)
     outcome = run_instrumented(spec, say=say, echo=echo, on_progress=on_progress)
     run = load_run(outcome.run_dir)
-    return MemoryRun(outcome=outcome, run=run, report=analyse_memory_run(run))
+    return MemoryRun(outcome=outcome, run=run, report=analyse_memory_run(run, modules_requested=modules))

@@ -106,3 +106,60 @@ class OomSnapshot:
     alloc_retries: int = 0
     pickle_path: str = ""  # the full snapshot, for PyTorch's memory viewer
     step: int | None = None
+
+
+@record
+class ModuleMemory:
+    """One module's forward in a probed step (``gpudoctor memory run --modules``).
+
+    Measured by forward pre/post hooks around each call: ``kept_bytes`` is allocated after minus
+    before (the output and the tensors autograd saved for backward, summed over the step's
+    calls); ``peak_bytes`` the allocator's peak inside the call minus allocated before it (the
+    largest over the calls): what ``torch.cuda.reset_peak_memory_stats()`` before and
+    ``max_memory_allocated() - memory_allocated()`` after one call measure by hand.
+    """
+
+    step: int
+    name: str  # qualified name in the trained model ("layer1.0.conv1"); "" for the model itself
+    type: str  # class name ("Conv2d")
+    depth: int  # 0: the trained model, 1: its children, ...
+    calls: int
+    kept_bytes: int
+    peak_bytes: int
+    order: int = 0  # first call's position in the step
+
+
+@record
+class SiteGrowth:
+    """Live bytes of one allocation site (the user's ``file:line function``) at two steps."""
+
+    site: str
+    bytes_from: int
+    bytes_to: int
+    blocks_from: int
+    blocks_to: int
+
+
+@record
+class LeakSites:
+    """Allocation sites whose live bytes grew between two steps after the probed ones (memory
+    mode records allocation history for the whole run; two reduced snapshots are compared at the
+    same point of the step, the optimizer's step pre-hook)."""
+
+    step_from: int
+    step_to: int
+    sites: tuple[SiteGrowth, ...] = ()
+
+
+@record
+class WhatIf:
+    """What one change would do to a memory estimate (``memory estimate --what-if``)."""
+
+    change: str  # "checkpointing", "adafactor", "adamw8bit", "micro-batch=8"
+    part: str  # the part it changes: "activations" or "optimizer state"
+    before_bytes: int  # that part now, at the estimate's batch size
+    after_bytes: int  # that part with the change
+    peak_before_bytes: int
+    peak_after_bytes: int
+    how: str  # how the new figure is known
+    notes: tuple[str, ...] = ()

@@ -42,6 +42,11 @@ class DdpConfig:
     gradient_as_bucket_view: bool | None = None
     static_graph: bool | None = None
     comm_hook: str = ""
+    # dist.all_reduce calls the probes saw on the DDP model's own parameter gradients, outside
+    # backward (DDP reduced them already), the bytes they carried, and the step of the first one
+    manual_grad_allreduces: int = 0
+    manual_grad_allreduce_bytes: int = 0
+    manual_grad_allreduce_first_step: int | None = None
 
 
 @record

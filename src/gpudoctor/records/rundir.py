@@ -8,6 +8,10 @@ RUNDIR/
                          step completes an earlier one: see read_steps)
   window-rank{N}.json    WindowSummary of the profiler window
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
+  modules-rank{N}.jsonl  ModuleMemory lines (``gpudoctor memory run --modules``: one step)
+  leak-sites-rank{N}.json  LeakSites: allocation sites whose live bytes grew (memory mode)
+  bench.json             `gpudoctor bench copy --json` saved here by the user (optional): its
+                         pinned host-to-device figure is the copy ceiling the PCIe rule uses
   oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
                          per rank under torchrun), with
   oom-snapshot.pickle    the full allocator snapshot for PyTorch's memory viewer
@@ -26,6 +30,7 @@ Every JSON file carries ``schema_version``; see :mod:`gpudoctor.records.base`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +39,7 @@ from gpudoctor.records.base import SchemaError, read_json, read_jsonl, record
 from gpudoctor.records.env import CheckReport
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu import GpuSample, HostSample
-from gpudoctor.records.memory import OomSnapshot, StageMemory
+from gpudoctor.records.memory import LeakSites, ModuleMemory, OomSnapshot, StageMemory
 from gpudoctor.records.run import RankConfig, RunManifest, WindowSummary
 from gpudoctor.records.step import StepRecord
 
@@ -45,6 +50,7 @@ ENV = "env.json"
 FINDINGS = "findings.json"
 STDOUT = "stdout.log"
 REPORT = "report.html"
+BENCH = "bench.json"
 OOM = "oom.json"
 OOM_PICKLE = "oom-snapshot.pickle"
 _OOM_FILE = re.compile(r"oom(?:-rank(\d+))?\.json")
@@ -59,6 +65,8 @@ KIND_ENV = "check_report"
 KIND_FINDINGS = "findings"
 KIND_MEMORY = "memory_stages"
 KIND_OOM = "oom_snapshot"
+KIND_MODULES = "module_memory"
+KIND_LEAK_SITES = "leak_sites"
 
 
 def steps_file(rank: int) -> str:
@@ -75,6 +83,14 @@ def window_file(rank: int) -> str:
 
 def memory_file(rank: int) -> str:
     return f"memory-rank{rank}.jsonl"
+
+
+def modules_file(rank: int) -> str:
+    return f"modules-rank{rank}.jsonl"
+
+
+def leak_sites_file(rank: int) -> str:
+    return f"leak-sites-rank{rank}.json"
 
 
 @record
@@ -105,6 +121,9 @@ class RunData:
     findings_version: str = ""  # FindingList.analysis_version of findings.json
     memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
+    modules: dict[int, list[ModuleMemory]] = field(default_factory=dict)  # memory run --modules
+    leak_sites: dict[int, LeakSites] = field(default_factory=dict)  # memory mode
+    copy_ceiling_gbs: float | None = None  # pinned H2D GB/s from bench.json, when the user saved one
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
 
     @property
@@ -112,7 +131,7 @@ class RunData:
         return sorted(set(self.configs) | set(self.steps))
 
 
-_RANK_FILE = re.compile(r"^(config|steps|window|memory)-rank(\d+)\.jsonl?$")
+_RANK_FILE = re.compile(r"^(config|steps|window|memory|modules|leak-sites)-rank(\d+)\.jsonl?$")
 _STACKS_FILE = re.compile(r"^stacks-rank(\d+)\.txt$")
 
 
@@ -143,6 +162,10 @@ def load_run(path: Path) -> RunData:
             data.steps[rank] = read_steps(child)
         elif what == "memory":
             data.memory[rank] = list(read_jsonl(child, StageMemory, kind=KIND_MEMORY))
+        elif what == "modules":
+            data.modules[rank] = list(read_jsonl(child, ModuleMemory, kind=KIND_MODULES))
+        elif what == "leak-sites":
+            data.leak_sites[rank] = read_json(child, LeakSites, kind=KIND_LEAK_SITES)
         else:
             data.windows[rank] = read_json(child, WindowSummary, kind=KIND_WINDOW)
     if (path / GPU_SAMPLES).is_file():
@@ -154,10 +177,30 @@ def load_run(path: Path) -> RunData:
     snapshots = oom_files(path)
     if snapshots:  # the whole process's, else the lowest rank's
         data.oom = read_json(snapshots[0], OomSnapshot, kind=KIND_OOM)
+    if (path / BENCH).is_file():
+        data.copy_ceiling_gbs = copy_ceiling(path / BENCH)
     if (path / FINDINGS).is_file():
         stored = read_json(path / FINDINGS, FindingList, kind=KIND_FINDINGS)
         data.findings, data.findings_version = stored.findings, stored.analysis_version
     return data
+
+
+def copy_ceiling(path: Path) -> float | None:
+    """The pinned host-to-device GB/s of a saved ``gpudoctor bench copy --json`` (its largest
+    buffer: the link's sustained rate), or ``None`` when the file holds none.
+
+    Raises:
+        SchemaError: the file is not JSON, worded with what to save there.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SchemaError(f"{path}: not the output of `gpudoctor bench copy --json` ({exc})") from None
+    rows = [r for r in (data.get("results") or []) if isinstance(r, dict) and r.get("op") == "h2d_pinned"
+            and r.get("unit") == "GB/s" and isinstance(r.get("median"), (int, float))]
+    if not rows:
+        return None
+    return float(max(rows, key=lambda r: r.get("size_bytes") or 0)["median"])
 
 
 def read_steps(path: Path) -> list[StepRecord]:

@@ -102,12 +102,18 @@ def render_memory_run(report, run_dir: str = ""):
         parts.add_row("model (before any batch)", _part(p.model_bytes), "allocated at the first batch")
         parts.add_row("batch", _part(p.batch_bytes), "batch - model, step 0")
         parts.add_row("activations", _part(p.activation_bytes), "forward - batch (+ zero_grad frees), last step")
+        if p.loss_bytes is not None:
+            parts.add_row("loss (after the forward)", _part(p.loss_bytes), "loss - forward, last step")
         parts.add_row("gradients", _part(p.gradient_bytes), "backward - batch (+ zero_grad frees), last step")
         parts.add_row("backward peak", _part(p.backward_peak_bytes), "peak between forward and backward, step 0")
         parts.add_row("optimizer state", _part(p.optimizer_first_bytes), "optimizer - backward, step 0")
         parts.add_row("optimizer, later steps", _part(p.optimizer_later_bytes), "optimizer - backward, last probed step")
         parts.add_row(Text("peak", style="bold"), Text(_part(p.peak_bytes), style="bold"), "highest stage peak")
         items.append(parts)
+    if report.modules is not None:
+        from gpudoctor.report.memory_modules_view import render_module_table
+
+        items.append(render_module_table(report.modules))
     if report.curve:
         curve = Table(title="Per step (allocator at the end of each step)", title_justify="left")
         for name in ("step", "allocated", "reserved", "peak"):

@@ -16,6 +16,7 @@ from gpudoctor.train.config import (
     RobustConfig,
     TrainConfig,
 )
+from gpudoctor.train.collate import normalize_on_device, uint8_collate
 from gpudoctor.train.data import ResumableSampler, fast_loader, move_to_device
 from gpudoctor.train.engine import Engine
 from gpudoctor.train.events import JsonlObserver, Observer
@@ -49,5 +50,7 @@ __all__ = [
     "Trainer",
     "fast_loader",
     "move_to_device",
+    "normalize_on_device",
     "presets",
+    "uint8_collate",
 ]

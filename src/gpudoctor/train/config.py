@@ -82,6 +82,9 @@ class ParallelConfig:
         comm_hook: DDP gradient compression before the all-reduce: ``none``, ``fp16`` or
             ``bf16`` (PyTorch's default hooks). Measure it (``gpudoctor tune ddp``): on fast links
             the casts can cost more than the bytes they save.
+        sync_batchnorm: under DDP/FSDP, convert every BatchNorm to ``SyncBatchNorm`` (statistics
+            over the global batch, one all-reduce per BatchNorm layer per forward): for small
+            per-GPU batches, where per-GPU statistics are noisy. A single process keeps BatchNorm.
     """
 
     strategy: Literal["auto", "none", "ddp", "fsdp"] = "auto"
@@ -92,6 +95,7 @@ class ParallelConfig:
     fsdp_shard_modules: tuple[str, ...] = ()
     timeout_s: float = 600.0
     comm_hook: Literal["none", "fp16", "bf16"] = "none"
+    sync_batchnorm: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "parallel.")
@@ -121,6 +125,16 @@ class PerfConfig:
         cudnn_benchmark: let cuDNN pick the fastest convolution algorithm per input shape.
         activation_checkpointing: class names of submodules to recompute in the backward pass
             (``use_reentrant=False``), trading compute for activation memory.
+        deterministic: bitwise-repeatable runs: ``torch.use_deterministic_algorithms(True)``
+            (an op with no deterministic kernel raises), ``cudnn.deterministic`` with
+            ``cudnn.benchmark`` off, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA
+            starts. It costs speed (no autotuned convolutions, slower deterministic kernels for
+            scatter/index ops): measure it with tests/gpu/test_engine_switches_gpu.py. An op with
+            no deterministic CUDA kernel raises (``torch.use_deterministic_algorithms`` lists them:
+            ``AdaptiveAvgPool2d``'s backward, in every torchvision ResNet, and ``NLLLoss`` on CUDA);
+        deterministic_warn_only: with ``deterministic``, such an op warns and runs instead
+            (``use_deterministic_algorithms(True, warn_only=True)``): the run is then repeatable
+            except for those ops.
     """
 
     compile: bool = False
@@ -128,6 +142,8 @@ class PerfConfig:
     channels_last: bool | None = None
     cudnn_benchmark: bool = True
     activation_checkpointing: tuple[str, ...] = ()
+    deterministic: bool = False
+    deterministic_warn_only: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "perf.")

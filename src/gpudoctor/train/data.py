@@ -130,6 +130,7 @@ def fast_loader(
     pin_memory: bool | None = None,
     collate_fn: Callable | None = None,
     env: DistEnv | None = None,
+    multiprocessing_context: str | None = None,
 ) -> DataLoader:
     """A ``DataLoader`` with the settings a GPU needs, sharded over torchrun's ranks.
 
@@ -144,13 +145,21 @@ def fast_loader(
         pin_memory: ``None``: pin when CUDA is available.
         collate_fn: passed to ``DataLoader``.
         env: the torchrun environment (read from the process environment when omitted).
+        multiprocessing_context: how workers start: ``None`` (the platform default, ``fork`` on
+            Linux), ``"fork"``, ``"spawn"`` or ``"forkserver"``. ``forkserver``/``spawn`` workers
+            do not inherit the parent's memory (a large dataset object, CUDA state) at the cost of
+            pickling the dataset once per worker; ``gpudoctor tune loader`` measures forkserver.
     """
+    if multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
+        raise ValueError(f"multiprocessing_context={multiprocessing_context!r}: use None, 'fork', 'spawn' "
+                         "or 'forkserver'")
     env = env or dist_env()
     workers = default_num_workers(env) if num_workers is None else num_workers
     sampler = ResumableSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last, env=env)
     extra: dict[str, Any] = {}
     if workers > 0:
-        extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor}
+        extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor,
+                 "multiprocessing_context": multiprocessing_context}
     return DataLoader(
         dataset,
         batch_size=batch_size,

@@ -26,6 +26,7 @@ all-reduces, so the forward must be inside it too).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from gpudoctor.train.data import batch_size_of, move_to_device, split_batch
 from gpudoctor.train.metrics import count_flops
 from gpudoctor.train.parallel import Parallel, unwrap
 from gpudoctor.train.perf import (apply_activation_checkpointing, configure_backends, maybe_compile,
-                                  resolve_channels_last, to_channels_last)
+                                  prepare_deterministic, resolve_channels_last, to_channels_last)
 from gpudoctor.train.precision import Precision
 
 FLOP_SAMPLES = 8  # samples the one-off FLOP count runs on
@@ -59,6 +60,9 @@ class Engine:
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         self.config = cfg = config or TrainConfig()
+        late = prepare_deterministic(cfg.perf)  # before select_device may start CUDA
+        if late:
+            warnings.warn(late, stacklevel=2)
         self.env = dist_env()
         self.device = select_device(cfg.device, self.env)
         # set_device -> init_process_group(device_id, timeout) -> model.to -> wrap, in that order

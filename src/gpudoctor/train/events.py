@@ -1,6 +1,7 @@
 """Step events: the engine's own timings, delivered to one ``Observer`` protocol as ``StepRecord``s.
 
-Nothing here adds a host-device sync. Each step's loss is copied into a pinned host buffer with a
+Nothing here adds a host-device sync. Each step's loss (and the global gradient norm that
+``clip_grad_norm_`` returned, when the engine clips) is copied into a pinned host buffer with a
 non-blocking copy and a CUDA event is recorded after it; the record is emitted once the event has
 completed (``event.query()`` does not block), normally one or two steps later. Only if the GPU falls
 more than ``max_pending`` steps behind does the tracker wait for the oldest event (a sync point that
@@ -61,6 +62,7 @@ class _Pending:
     loss_buf: torch.Tensor | None
     start: torch.cuda.Event | None
     end: torch.cuda.Event | None
+    norm_buf: torch.Tensor | None = None
 
 
 class StepTracker:
@@ -81,6 +83,7 @@ class StepTracker:
         self.cuda = device.type == "cuda"
         self._pending: deque[_Pending] = deque()
         self._bufs = [torch.zeros((), pin_memory=self.cuda) for _ in range(max_pending + 2)]
+        self._norm_bufs = [torch.zeros((), pin_memory=self.cuda) for _ in range(max_pending + 2)]
         self._next_buf = 0
         self._start: torch.cuda.Event | None = None
         self.last_loss: float | None = None
@@ -93,17 +96,24 @@ class StepTracker:
             self._start = torch.cuda.Event(enable_timing=True)
             self._start.record()
 
-    def step_end(self, record: StepRecord, loss: torch.Tensor | None) -> None:
-        """Queue ``record``; its loss and GPU time are filled in when the GPU gets there."""
-        buf, end = None, None
-        if loss is not None:
-            buf = self._bufs[self._next_buf]
+    def step_end(self, record: StepRecord, loss: torch.Tensor | None,
+                 grad_norm: torch.Tensor | None = None) -> None:
+        """Queue ``record``; its loss, gradient norm (``clip_grad_norm_``'s tensor) and GPU time
+        are filled in when the GPU gets there."""
+        buf, norm_buf, end = None, None, None
+        slot = self._next_buf
+        if loss is not None or grad_norm is not None:
             self._next_buf = (self._next_buf + 1) % len(self._bufs)
+        if loss is not None:
+            buf = self._bufs[slot]
             buf.copy_(loss.detach(), non_blocking=True)  # D2H into pinned memory: no sync
+        if grad_norm is not None:
+            norm_buf = self._norm_bufs[slot]
+            norm_buf.copy_(grad_norm.detach().float(), non_blocking=True)  # the same: no sync
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-        self._pending.append(_Pending(record, buf, self._start, end))
+        self._pending.append(_Pending(record, buf, self._start, end, norm_buf))
         self.poll()
 
     def poll(self, *, wait: bool = False) -> None:
@@ -127,6 +137,8 @@ class StepTracker:
             self.last_loss = loss
             if not math.isfinite(loss):
                 self.nonfinite_steps.append(p.record.step)
+        if p.norm_buf is not None:
+            changes["grad_norm"] = float(p.norm_buf)  # host memory, already written
         if p.start is not None and p.end is not None:
             changes["gpu_ms"] = p.start.elapsed_time(p.end)
         if self.cuda and self.observers:  # memory_stats() builds a ~200-key dict: only when someone reads it

@@ -268,7 +268,7 @@ class Trainer:
             data_wait_ms=data_wait_ms, samples=n, micro_steps=micro_steps,
             scaler_scale=self.precision.scale_value() if scaled else None,
             scaler_skipped=(not stepped) if scaled else None,
-        ), loss)
+        ), loss, self.precision.last_grad_norm if stepped else None)
         run.t_last = t_now
         if run.clock.first_batch_s is None:
             run.clock.first_batch_s = data_wait_ms / 1e3

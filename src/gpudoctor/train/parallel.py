@@ -18,6 +18,15 @@ from gpudoctor.core.dist import DistEnv, destroy_distributed, init_distributed
 from gpudoctor.train.config import ParallelConfig
 
 
+def sync_batchnorm(model: torch.nn.Module, config: ParallelConfig, strategy: str) -> torch.nn.Module:
+    """``parallel.sync_batchnorm`` under DDP/FSDP: every BatchNorm becomes a ``SyncBatchNorm``
+    (statistics over the global batch; it needs CUDA tensors at run time). A single process
+    keeps its BatchNorm: there is nothing to synchronise."""
+    if config.sync_batchnorm and strategy in ("ddp", "fsdp"):
+        return torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return model
+
+
 def resolve_strategy(config: ParallelConfig, env: DistEnv) -> str:
     """``auto`` -> ``ddp`` under torchrun with more than one rank, else ``none``."""
     if config.strategy == "auto":
@@ -60,7 +69,7 @@ class Parallel:
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Move ``model`` to the device and wrap it for the strategy."""
-        model = model.to(self.device)
+        model = sync_batchnorm(model, self.config, self.strategy).to(self.device)
         if self.strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 

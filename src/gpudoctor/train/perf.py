@@ -1,9 +1,11 @@
 """Speed switches: cuDNN autotuning, channels-last, activation checkpointing, ``torch.compile``,
-fused optimizers. None of them changes what is computed beyond float rounding."""
+fused optimizers. None of them changes what is computed beyond float rounding. And the one that
+trades speed for repeatability: ``perf.deterministic``."""
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable
 
 import torch
@@ -12,8 +14,31 @@ from torch.utils.checkpoint import checkpoint
 from gpudoctor.train.config import PerfConfig
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # PyTorch's reproducibility notes: cuBLAS is deterministic with it
+
+
+def prepare_deterministic(config: PerfConfig) -> str:
+    """Before CUDA starts: ``CUBLAS_WORKSPACE_CONFIG`` for ``perf.deterministic`` (cuBLAS reads it
+    when it creates its handle's workspace). Returns a note when it came too late, else ``""``."""
+    if not config.deterministic:
+        return ""
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") in (":4096:8", ":16:8"):
+        return ""
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+    if torch.cuda.is_initialized():
+        return ("perf.deterministic: CUDA had started before the engine set CUBLAS_WORKSPACE_CONFIG; "
+                f"export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before the script for cuBLAS to follow it")
+    return ""
+
+
 def configure_backends(config: PerfConfig, device: torch.device) -> None:
-    """cuDNN benchmark mode (pick the fastest convolution per shape; shapes must be stable)."""
+    """cuDNN benchmark mode (pick the fastest convolution per shape; shapes must be stable), or
+    ``perf.deterministic``: deterministic algorithms everywhere, cuDNN deterministic, no autotuning."""
+    if config.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=config.deterministic_warn_only)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        return
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = config.cudnn_benchmark
 

@@ -61,6 +61,7 @@ class Precision:
     def __init__(self, config: PrecisionConfig, device: torch.device) -> None:
         self.config = config
         self.device = device
+        self.last_grad_norm: torch.Tensor | None = None  # the last step's clip_grad_norm_ result
         self.dtype_name = resolve_dtype(config.dtype, device)
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.dtype_name)
         if device.type == "cuda":
@@ -98,18 +99,26 @@ class Precision:
         (cheap) sync point: a lowered scale means this step was skipped.
         """
         clip = self.config.grad_clip_norm
+        self.last_grad_norm = None
         if not self.scaler.is_enabled():
             if clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, clip)  # returns a tensor: no sync
+                self._keep_norm(torch.nn.utils.clip_grad_norm_(params, clip))  # a tensor: no sync
             optimizer.step()
             return True
         self.scaler.unscale_(optimizer)  # clip must see true gradients, not scaled ones
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, clip)
+            self._keep_norm(torch.nn.utils.clip_grad_norm_(params, clip))
         scale_before = self.scaler.get_scale()  # sync point (fp16 only)
         self.scaler.step(optimizer)  # sync point inside: reads found_inf
         self.scaler.update()
         return self.scaler.get_scale() >= scale_before  # sync point (fp16 only)
+
+    def _keep_norm(self, norm: torch.Tensor) -> None:
+        """The global gradient norm ``clip_grad_norm_`` returned, still on the device (read later,
+        with the loss, by the step tracker: no sync here). FSDP2 returns a replicated DTensor."""
+        to_local = getattr(norm, "to_local", None)
+        norm = to_local() if callable(to_local) else norm
+        self.last_grad_norm = norm.detach() if isinstance(norm, torch.Tensor) else None
 
     def scale_value(self) -> float | None:
         """The current loss scale (a sync point), or None without a scaler."""

@@ -10,7 +10,11 @@ on a given machine). Stages, each on real training steps fed by the real loader:
    rate); the fewest workers within the tolerance of the best win;
 2. ``prefetch_factor``: 2 then 4 at the chosen workers;
 3. ``pin_memory`` off then on (CUDA only);
-4. ``persistent_workers``: the wait for the first batch of the next epoch, off then on.
+4. ``persistent_workers``: the wait for the first batch of the next epoch, off then on;
+5. ``multiprocessing_context="forkserver"`` against the default start method (``fork`` on Linux):
+   forkserver workers inherit nothing from the training process (no copy-on-write growth of a
+   large in-memory dataset, no CUDA state) but pickle the dataset once per worker; it is kept
+   only when it is faster beyond the tolerance (the memory it saves is not measured here).
 
 Each stage keeps the cheapest setting within the tolerance of the fastest. A loader trial is timed
 past its warm-up (workers started, queues filled) over about 3 s of the GPU's work (or one epoch),
@@ -77,7 +81,8 @@ def _epoch_start_ms(ctx: TuneContext, settings: LoaderSettings, batch: int) -> f
 
 
 def tune_loader(ctx: TuneContext) -> KnobResult:
-    """Choose ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``."""
+    """Choose ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers`` and the
+    workers' start method."""
     from gpudoctor.train.data import default_num_workers
 
     first = len(ctx.trials)
@@ -151,6 +156,23 @@ def tune_loader(ctx: TuneContext) -> KnobResult:
         settings = settings.replace(persistent_workers=bool(keep))
         notes.append(f"first batch of an epoch: {waits[False]:.0f} ms with fresh workers, {waits[True]:.0f} ms "
                      "with persistent ones")
+    # 5. forkserver workers against the default start method
+    if workers > 0 and not ctx.out_of_time():
+        import multiprocessing
+
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            fs = trial(settings.replace(multiprocessing_context="forkserver"),
+                       f"num_workers={workers} multiprocessing_context=forkserver",
+                       {"multiprocessing_context": "forkserver"})
+            default_rate, fs_rate = _rate(best), _rate(fs)
+            chosen = ctx.agree(pick_cheapest([default_rate, fs_rate], tolerance=ctx.options.tolerance)) == 1
+            if chosen:
+                settings, best = settings.replace(multiprocessing_context="forkserver"), fs
+            notes.append(f"forkserver workers: {fs_rate or 0:,.0f} samples/s against {default_rate or 0:,.0f} "
+                         f"with the default start method ({'kept' if chosen else 'not kept'})")
+        else:
+            ctx.skip("loader", "multiprocessing_context=forkserver", {"multiprocessing_context": "forkserver"},
+                     "this platform has no forkserver start method")
     ctx.loader = settings.replace(eval_batch_size=ctx.loader.eval_batch_size)
     rate = _rate(best)
     verdict = ""
@@ -158,7 +180,8 @@ def tune_loader(ctx: TuneContext) -> KnobResult:
         verdict = f"; {rate / target:.0%} of the GPU's rate" + (" (still input-bound: move augmentation to the GPU)"
                                                                  if rate < KEEPS_UP * target else "")
     params = {"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
-              "pin_memory": settings.pin_memory, "persistent_workers": settings.persistent_workers}
+              "pin_memory": settings.pin_memory, "persistent_workers": settings.persistent_workers,
+              "multiprocessing_context": settings.multiprocessing_context}
     return KnobResult(knob="loader", trials=tuple(ctx.trials[first:]), winner=best.setting if best else None, params=params,
                       summary=f"num_workers={settings.num_workers} prefetch_factor={settings.prefetch_factor} "
                               f"pin_memory={settings.pin_memory} persistent_workers={settings.persistent_workers}"

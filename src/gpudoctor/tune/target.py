@@ -51,6 +51,8 @@ class LoaderSettings:
         pin_memory: page-locked batches (``None``: pin when CUDA is available).
         persistent_workers: keep the workers between epochs (only with workers).
         eval_batch_size: per-device batch of the evaluation loader (``None``: the train batch).
+        multiprocessing_context: how workers start (``None``: the platform's default, ``fork``
+            on Linux; ``"forkserver"``: workers that do not inherit the parent's memory).
     """
 
     num_workers: int | None = None
@@ -58,6 +60,7 @@ class LoaderSettings:
     pin_memory: bool | None = None
     persistent_workers: bool = True
     eval_batch_size: int | None = None
+    multiprocessing_context: str | None = None
 
     def __post_init__(self) -> None:
         if self.num_workers is not None and self.num_workers < 0:
@@ -66,6 +69,9 @@ class LoaderSettings:
             raise ValueError(f"loader.prefetch_factor={self.prefetch_factor} must be >= 1")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             raise ValueError(f"loader.eval_batch_size={self.eval_batch_size} must be >= 1")
+        if self.multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
+            raise ValueError(f"loader.multiprocessing_context={self.multiprocessing_context!r}: use fork, spawn "
+                             "or forkserver, or leave it out")
 
     def replace(self, **changes: Any) -> LoaderSettings:
         return dataclasses.replace(self, **changes)

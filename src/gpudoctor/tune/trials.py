@@ -151,7 +151,8 @@ def make_loader(dataset: Any, batch_size: int, settings: LoaderSettings, *, seed
     workers = default_num_workers() if settings.num_workers is None else settings.num_workers
     extra: dict[str, Any] = {}
     if workers > 0:
-        extra = {"persistent_workers": settings.persistent_workers, "prefetch_factor": settings.prefetch_factor}
+        extra = {"persistent_workers": settings.persistent_workers, "prefetch_factor": settings.prefetch_factor,
+                 "multiprocessing_context": settings.multiprocessing_context}
     pin = torch.cuda.is_available() if settings.pin_memory is None else settings.pin_memory
     return DataLoader(dataset, batch_size=batch_size, sampler=ResumableSampler(dataset, shuffle=shuffle, seed=seed,
                       drop_last=drop_last), num_workers=workers, pin_memory=pin, drop_last=drop_last, **extra)

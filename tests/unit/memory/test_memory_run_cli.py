@@ -58,19 +58,43 @@ S.run_dir = Path(sys.argv[1])
 S.owner_pid = os.getpid()
 memory_probe._cuda_ready = lambda: FakeTorch
 memory_probe._start_history = lambda torch: None
+if sys.argv[2] == "modules":  # the module hooks read torch.cuda's counters: the stand-in's
+    os.environ["GPUDOCTOR_MEMORY_MODULES"] = "1"
+    for name in ("memory_allocated", "max_memory_allocated", "reset_peak_memory_stats"):
+        setattr(torch.cuda, name, getattr(FakeTorch.cuda, name))
 patches.install_all()
 memory_probe.install(2)
 import torch.optim.optimizer as optim_mod
 optim_mod.register_optimizer_step_post_hook(lambda *a: setattr(S, "step", S.step + 1))
-model = nn.Linear(4, 1)
+model = nn.Linear(4, 1) if sys.argv[2] != "modules" else nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 4)), batch_size=8)
+order = sys.argv[2]
 for (x,) in data:
     patches._note_h2d(x, 0.0, True)  # stands in for x.to("cuda"): the first copy of the step
-    model(x).sum().backward()
-    model(x).sum().backward()  # accumulation: only the first backward is the forward stage
-    opt.step()
-    opt.zero_grad()
+    if order == "accumulate":
+        model(x).sum().backward()
+        model(x).sum().backward()  # accumulation: only the first forward and backward are stages
+        opt.step()
+        opt.zero_grad()
+    elif order == "imagenet":  # pytorch/examples' imagenet: zero_grad between forward and backward
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    elif order == "zero_first":  # zero_grad, forward, loss, backward, step
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), torch.zeros(8, 1))
+        loss.backward()
+        opt.step()
+    elif order == "modules":
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    else:  # "functional": a forward that is no module call: the forward stage comes at backward()
+        (x @ model.weight.t()).sum().backward()
+        opt.step()
+        opt.zero_grad()
 print("resets", Cuda.resets)
 """
 
@@ -82,22 +106,65 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_stage_probes_record_each_stage_of_the_first_k_steps_in_order(tmp_path: Path) -> None:
+def _probe_order(tmp_path: Path, order: str) -> tuple[list, str]:
     script = tmp_path / "probe.py"
     script.write_text(PROBE_ORDER, encoding="utf-8")
-    result = subprocess.run([sys.executable, str(script), str(tmp_path)], env=_env(),
+    result = subprocess.run([sys.executable, str(script), str(tmp_path), order], env=_env(),
                             capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stderr
-    assert "resets 10" in result.stdout  # the peak is reset at every recorded stage
     (lines,) = load_run_memory(tmp_path)
+    return lines, result.stdout
+
+
+def test_stage_probes_record_each_stage_of_the_first_k_steps_in_order(tmp_path: Path) -> None:
+    lines, out = _probe_order(tmp_path, "accumulate")
+    assert "resets 12" in out  # the peak is reset at every recorded stage
     assert [(s.stage, s.step) for s in lines] == [
-        ("model", 0), ("batch", 0), ("forward", 0), ("backward", 0), ("optimizer", 0),
+        ("model", 0), ("batch", 0), ("forward", 0), ("loss", 0), ("backward", 0), ("optimizer", 0),
         ("zero_grad", 1),  # called after step 0's optimizer step: it belongs to step 1
-        ("batch", 1), ("forward", 1), ("backward", 1), ("optimizer", 1),
+        ("batch", 1), ("forward", 1), ("loss", 1), ("backward", 1), ("optimizer", 1),
     ]
     # one counter read per line, two for zero_grad (before and after the call)
-    assert [s.allocated_bytes for s in lines] == [100, 200, 300, 400, 500, 700, 800, 900, 1000, 1100]
+    assert [s.allocated_bytes for s in lines] == [100, 200, 300, 400, 500, 600, 800, 900, 1000, 1100, 1200, 1300]
     assert all(s.peak_allocated_bytes == s.allocated_bytes + 1 for s in lines)
+
+
+def test_stages_follow_the_scripts_order_when_zero_grad_comes_between_forward_and_backward(
+        tmp_path: Path) -> None:
+    # pytorch/examples' imagenet order: the activations must be under forward, not zero_grad
+    lines, _ = _probe_order(tmp_path, "imagenet")
+    assert [(s.stage, s.step) for s in lines] == [
+        ("model", 0), ("batch", 0), ("forward", 0), ("zero_grad", 0), ("loss", 0), ("backward", 0),
+        ("optimizer", 0),
+        ("batch", 1), ("forward", 1), ("zero_grad", 1), ("loss", 1), ("backward", 1), ("optimizer", 1),
+    ]
+
+
+def test_stages_follow_the_scripts_order_when_zero_grad_comes_first(tmp_path: Path) -> None:
+    lines, _ = _probe_order(tmp_path, "zero_first")
+    assert [s.stage for s in lines] == [
+        "model", "batch", "zero_grad", "forward", "loss", "backward", "optimizer",
+        "batch", "zero_grad", "forward", "loss", "backward", "optimizer",
+    ]
+
+
+def test_modules_are_measured_in_one_step_and_stage_peaks_stay_whole(tmp_path: Path) -> None:
+    from gpudoctor.records.base import read_jsonl
+    from gpudoctor.records.memory import ModuleMemory
+    from gpudoctor.records.rundir import KIND_MODULES, modules_file
+
+    lines, _ = _probe_order(tmp_path, "modules")
+    assert [s.stage for s in lines][:6] == ["model", "batch", "forward", "loss", "backward", "optimizer"]
+    modules = list(read_jsonl(tmp_path / modules_file(0), ModuleMemory, kind=KIND_MODULES))
+    assert {(m.name, m.type, m.depth, m.step) for m in modules} == {
+        ("", "Sequential", 0, 1), ("0", "Linear", 1, 1), ("1", "ReLU", 1, 1), ("2", "Linear", 1, 1)}
+    assert all(m.calls == 1 for m in modules)
+
+
+def test_a_forward_that_is_no_module_call_is_recorded_at_backward(tmp_path: Path) -> None:
+    lines, _ = _probe_order(tmp_path, "functional")
+    assert [s.stage for s in lines][:6] == ["model", "batch", "forward", "backward", "optimizer", "zero_grad"]
+    assert "loss" not in {s.stage for s in lines}
 
 
 def load_run_memory(path: Path) -> list:

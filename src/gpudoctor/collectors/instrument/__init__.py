@@ -19,6 +19,8 @@ Environment contract (set by the launcher, read by the probes):
 * ``GPUDOCTOR_KNOBS`` — the ``--try`` knobs, see :mod:`gpudoctor.collectors.knobs`.
 * ``GPUDOCTOR_MEMORY_STAGES`` — memory mode (``gpudoctor memory run``): probe the allocator at
   each stage of the first N optimizer steps (empty or ``0``: off, the default).
+* ``GPUDOCTOR_MEMORY_MODULES`` — ``"1"`` with memory mode: each module's forward memory in one
+  probed step (``memory run --modules``).
 
 Set by the probes themselves, for the interpreters below them (which ones are probed: see the
 ``sitecustomize``):
@@ -43,6 +45,7 @@ ENV_TRACE_DIR = "GPUDOCTOR_TRACE_DIR"
 ENV_NVTX = "GPUDOCTOR_NVTX"
 ENV_PKG_ROOT = "GPUDOCTOR_PKG_ROOT"
 ENV_MEMORY_STAGES = "GPUDOCTOR_MEMORY_STAGES"
+ENV_MEMORY_MODULES = "GPUDOCTOR_MEMORY_MODULES"  # memory mode: per-module forward memory, one step
 ENV_OWNER_PID = "GPUDOCTOR_OWNER_PID"
 ENV_OWNER_ELASTIC = "GPUDOCTOR_OWNER_ELASTIC"
 ENV_SPAWN_PARENT = "GPUDOCTOR_SPAWN_PARENT"

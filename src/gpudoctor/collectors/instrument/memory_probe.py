@@ -8,12 +8,26 @@ For the first K optimizer steps, one :class:`StageMemory` line per stage goes to
   DataLoader gets it at the first stage seen instead (then it includes what that stage holds);
 * ``batch`` — after the DataLoader's ``__next__`` returned and the step's first host-to-device
   copy finished (the batch is on the device); the first micro-batch of a step only;
-* ``forward`` — when ``backward()`` is first called in the step (activations are alive);
+* ``forward`` — at the end of the trained model's forward (activations are alive): the
+  outermost call of a module with trainable parameters under grad mode
+  (:mod:`~gpudoctor.collectors.instrument.module_memory`); a script whose forward is not a
+  module call gets it when ``backward()`` is first called in the step instead;
+* ``loss`` — when ``backward()`` is first called in a step whose forward was seen: the loss and
+  whatever the script made after the forward;
 * ``backward`` — in the optimizer's step pre-hook (gradients exist, activations are freed);
 * ``optimizer`` — in the step post-hook (the first step creates the optimizer state);
 * ``zero_grad`` — after ``optimizer.zero_grad()``, with the bytes it freed (the previous step's
   gradients with ``set_to_none=True``), wherever the script calls it: the analysis needs it to
   separate activations from gradients that were still alive when the batch arrived.
+
+Lines are written in the order the events happen, whatever the script's order: pytorch/examples'
+imagenet script calls ``zero_grad()`` between the forward and ``backward()``, so its lines read
+batch, forward, zero_grad, loss, backward, optimizer.
+
+With ``--modules`` (``GPUDOCTOR_MEMORY_MODULES``) one probed step (the second, or the only one)
+also gets a ``modules-rank{N}.jsonl`` line per module of the trained model: its forward's kept
+bytes and peak. After the probed steps, :mod:`~gpudoctor.collectors.instrument.leak_probe`
+compares live bytes per allocation site between steps (``leak-sites-rank{N}.json``).
 
 The peak of each line is the allocator's peak since the previous stage: the peak counter is
 reset at every stage (``torch.cuda.reset_peak_memory_stats``), which also resets the script's own
@@ -33,14 +47,16 @@ captured with stacks.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
-from gpudoctor.collectors.instrument import patches
+from gpudoctor.collectors.instrument import ENV_MEMORY_MODULES, leak_probe, patches
+from gpudoctor.collectors.instrument.module_memory import ModuleHooks, ModulePeaks
 from gpudoctor.collectors.instrument.state import S, is_owner
 from gpudoctor.records.base import JsonlWriter
 from gpudoctor.records.memory import StageMemory
-from gpudoctor.records.rundir import KIND_MEMORY, memory_file
+from gpudoctor.records.rundir import KIND_MEMORY, KIND_MODULES, memory_file, modules_file
 
 
 class _Memory:
@@ -52,9 +68,15 @@ class _Memory:
         self.model_done = False
         self.history_started = False
         self.batch_armed = False
-        self.forward_step = -1  # the step whose forward stage is recorded (first backward only)
+        self.forward_step = -1  # the step whose forward stage is recorded (first forward only)
+        self.loss_step = -1  # the step whose first backward() was seen
         self.batch_step = -1  # the step whose batch stage is recorded (first micro-batch only)
         self.optimizer: Any = None
+        self.forward_seen = -1  # the step in which the trained model's forward ended
+        self.hooks: ModuleHooks | None = None
+        self.peaks: ModulePeaks | None = None
+        self.modules_step = -1  # the step whose modules are measured (--modules); -1: off
+        self.modules_written = False
 
 
 M = _Memory()
@@ -107,7 +129,8 @@ def record(stage: str, *, before_bytes: int | None = None) -> None:
             step=S.step,
             allocated_bytes=allocated,
             reserved_bytes=int(torch.cuda.memory_reserved()),
-            peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
+            peak_allocated_bytes=max(int(torch.cuda.max_memory_allocated()),
+                                     M.peaks.take_carry() if M.peaks is not None else 0),
             freed_bytes=max(before_bytes - allocated, 0) if before_bytes is not None else 0,
         )
         torch.cuda.reset_peak_memory_stats()
@@ -168,13 +191,20 @@ def install(stages: int) -> None:
     orig_backward = autograd.backward
 
     def backward(tensors, *args, **kwargs):
-        if active() and not S.quiet and M.forward_step != S.step and isinstance(
+        if active() and not S.quiet and M.loss_step != S.step and isinstance(
             tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors, torch.Tensor
         ):
             M.batch_armed = False  # a batch made on the device: no copy to wait for
-            M.forward_step = S.step
+            M.loss_step = S.step
             _model_once()
-            record("forward")
+            _write_modules()
+            if M.hooks is not None:
+                M.hooks.reset()
+            if M.forward_step == S.step:  # the forward's end was recorded: this is the loss
+                record("loss")
+            else:
+                record("forward")
+            M.forward_step = S.step
         return orig_backward(tensors, *args, **kwargs)
 
     backward.__doc__ = orig_backward.__doc__
@@ -203,6 +233,10 @@ def install(stages: int) -> None:
         if optimizer is M.optimizer:
             _model_once()
             record("backward")
+            if not active() and is_owner() and M.history_started and S.step >= M.stages:
+                cuda = _cuda_ready()
+                if cuda is not None:
+                    leak_probe.on_step(cuda, M.stages)
 
     def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         if optimizer is M.optimizer:
@@ -210,6 +244,45 @@ def install(stages: int) -> None:
 
     optim_mod.register_optimizer_step_pre_hook(pre_hook)
     optim_mod.register_optimizer_step_post_hook(post_hook)
+    _install_module_hooks(torch, modules=os.environ.get(ENV_MEMORY_MODULES, "") not in ("", "0"))
+
+
+def _forward_end() -> None:
+    """The trained model's forward returned: the ``forward`` stage (first forward of the step)."""
+    if not active() or S.quiet or M.forward_step == S.step or _cuda_ready() is None:
+        return
+    M.batch_armed = False
+    M.forward_step = S.step
+    _model_once()
+    record("forward")
+    _write_modules()
+
+
+def _install_module_hooks(torch: Any, *, modules: bool) -> None:
+    if modules:
+        M.modules_step = min(1, M.stages - 1)  # step 1: cuDNN has chosen, the optimizer state exists
+        cuda = torch.cuda
+        M.peaks = ModulePeaks(allocated=lambda: int(cuda.memory_allocated()),
+                              peak=lambda: int(cuda.max_memory_allocated()),
+                              reset=cuda.reset_peak_memory_stats)
+    M.hooks = ModuleHooks(on_forward_end=_forward_end, active=active,
+                          measure_now=lambda: M.modules_step == S.step and _cuda_ready() is not None,
+                          peaks=M.peaks)
+    M.hooks.install()
+
+
+def _write_modules() -> None:
+    """Write the measured step's module lines once its first forward ended."""
+    if M.peaks is None or M.modules_written or not M.peaks.rows or S.step != M.modules_step:
+        return
+    M.modules_written = True
+    try:
+        assert S.run_dir is not None
+        with JsonlWriter(S.run_dir / modules_file(S.rank), kind=KIND_MODULES) as writer:
+            for line in M.peaks.records(S.step):
+                writer.write(line)
+    except Exception as exc:  # noqa: BLE001
+        print(f"gpudoctor: module memory not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def close() -> None:

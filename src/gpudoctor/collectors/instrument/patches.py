@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpudoctor.collectors.instrument import grad_norm, probes
+from gpudoctor.collectors.instrument import grad_allreduce, grad_norm, probes
 from gpudoctor.collectors.instrument.state import S
 
 _perf = time.perf_counter
@@ -43,6 +43,7 @@ def install_all() -> None:
     _patch_amp(torch)
     _patch_misc(torch)
     grad_norm.install(torch, lambda: _is_compiling())
+    grad_allreduce.install(torch)
 
 
 def _is_compiling() -> bool:  # replaced in install_all

@@ -145,7 +145,14 @@ def _ddp_config(ddp: Any, state: Any) -> DdpConfig:
         gradient_as_bucket_view=getattr(ddp, "gradient_as_bucket_view", None),
         static_graph=getattr(ddp, "static_graph", None),
         comm_hook=state.info.get("comm_hook", ""),
+        **_manual_allreduce(state),
     )
+
+
+def _manual_allreduce(state: Any) -> dict[str, Any]:
+    calls, nbytes, first = state.info.get("manual_grad_allreduce", (0, 0, None))
+    return {"manual_grad_allreduces": calls, "manual_grad_allreduce_bytes": nbytes,
+            "manual_grad_allreduce_first_step": first}
 
 
 def _dp_config(state: Any) -> DdpConfig | None:

@@ -1,0 +1,41 @@
+"""The loader knob's start-method trial (forkserver against the default) and the setting's round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.tune.target import LoaderSettings
+from gpudoctor.tune.trials import make_loader
+
+HERE = Path(__file__).parent
+REF = f"{HERE / 'tiny_target.py'}:target"
+
+
+def test_start_method_round_trips_and_reaches_the_dataloader(tmp_path: Path) -> None:
+    settings = LoaderSettings(num_workers=1, multiprocessing_context="forkserver")
+    settings.to_file(tmp_path / "loader.toml")
+    assert LoaderSettings.from_file(tmp_path / "loader.toml") == settings
+    assert "multiprocessing_context" not in (LoaderSettings().to_file(tmp_path / "d.toml") or
+                                             (tmp_path / "d.toml").read_text())
+    from gpudoctor.tune.target import load_target
+
+    loader = make_loader(load_target(REF).train_dataset, 4, settings)
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
+    with pytest.raises(ValueError, match="use fork, spawn or forkserver"):
+        LoaderSettings(multiprocessing_context="thread")
+
+
+def test_loader_knob_tries_forkserver_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.tune.loader as loader_knob
+    from gpudoctor.tune.session import TuneOptions, tune
+
+    monkeypatch.setattr(loader_knob, "worker_counts", lambda most: [1])  # one worker: a short sweep
+    result = tune(["loader"], target_ref=REF, options=TuneOptions(steps=2, warmup=1, window_s=0.0, budget_s=600.0),
+                  out=None)
+    loader = next(k for k in result.knobs if k.knob == "loader")
+    tried = [t for t in loader.trials if t.params.get("multiprocessing_context") == "forkserver"]
+    assert tried, [t.setting for t in loader.trials]
+    assert any(n.startswith("forkserver workers:") for n in loader.notes), loader.notes
+    assert loader.params["multiprocessing_context"] in (None, "forkserver")
