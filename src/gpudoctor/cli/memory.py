@@ -54,7 +54,8 @@ def estimate(
       gpudoctor memory estimate --model mymodels.py:build \\
           --input tokens:1024:50257 -b 8 --precision bf16
       gpudoctor memory estimate --model torchvision.models:resnet50 \\
-          --input image:3x224x224:1000 -b 256 --what-if checkpointing --what-if micro-batch=64
+          --input image:3x224x224:1000 -b 256 \\
+          --what-if checkpointing --what-if micro-batch=64
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.cli.progress import Progress
@@ -148,7 +149,7 @@ def run(
     Examples:
       gpudoctor memory run -- python train.py --batch-size 64
       gpudoctor memory run --steps 20 --stages 2 -- python -m mypkg.train
-      gpudoctor memory run --modules -- python train.py    # + memory per module's forward
+      gpudoctor memory run --modules -- python train.py  # + each module's forward
     """
     from gpudoctor.cli.output import emit_json, stdout_console
     from gpudoctor.cli.progress import Progress
