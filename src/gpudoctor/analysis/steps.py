@@ -75,7 +75,7 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
 class StepTrend:
     """Step time against the step index over the steady steps: a run that slows down as it goes.
 
-    The line is fitted to the medians of consecutive windows of steps (``TREND_WINDOWS`` of
+    The line is fitted to the medians of consecutive windows of steps (``trend_windows`` of
     them), not to every step: one step that waits on the scheduler or the allocator is a point
     far off any line and would drown a steady climb in a least-squares fit of single steps (a
     CPU run whose steps grew from 0.23 to 0.52 ms had R^2 0.01 over its steps, because of a few
@@ -130,14 +130,11 @@ class StepTrend:
         return max(0.0, self.growth_ms / 2.0) / mean if mean > 0 else 0.0
 
 
-TREND_WINDOWS = 10  # at most this many points on the trend line: windows of >= TREND_MIN_WINDOW steps
-TREND_MIN_WINDOW = 3
-
-
-def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
-    """Fit the step time against the step index over ``used``, window medians as the points
-    (``None`` with fewer than 3 windows)."""
-    size = max(TREND_MIN_WINDOW, math.ceil(len(used) / TREND_WINDOWS))
+def step_trend(used: Sequence[StepRecord], thresholds: Thresholds) -> StepTrend | None:
+    """Fit the step time against the step index over ``used``, window medians as the points:
+    at most ``trend_windows`` windows of at least ``trend_min_window`` steps (``None`` with fewer
+    than 3 windows)."""
+    size = max(thresholds.trend_min_window, math.ceil(len(used) / thresholds.trend_windows))
     chunks = [list(used[i:i + size]) for i in range(0, len(used) - size + 1, size)]
     if chunks and len(used) % size:
         chunks[-1].extend(used[len(chunks) * size:])  # the remainder joins the last window
@@ -162,8 +159,8 @@ class Tail:
         excess_ms: their time beyond the median step, summed.
         excess_share: ``excess_ms`` over the total time of the steady steps: what the run loses.
         period: median distance between consecutive slow steps (``None`` with fewer than two).
-        regular: three or more slow steps whose distances vary by at most a quarter of their
-            mean (a stall every N steps), not scattered as scheduling noise on a busy host is.
+        regular: three or more slow steps whose distances vary by at most ``tail_regular_cv`` of
+            their mean (a stall every N steps), not scattered as scheduling noise on a busy host is.
         extra_data_wait_ms: mean data wait of the slow steps minus the median data wait.
         extra_syncs: mean host syncs of the slow steps minus the median count.
         p90_step_ms: 90th percentile of the steady steps' time.
@@ -194,7 +191,7 @@ def _tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs: flo
         excess_ms=excess,
         excess_share=excess / total if total > 0 else 0.0,
         period=median(gaps),
-        regular=len(gaps) >= 2 and statistics.pstdev(gaps) <= 0.25 * statistics.fmean(gaps),
+        regular=len(gaps) >= 2 and statistics.pstdev(gaps) <= thresholds.tail_regular_cv * statistics.fmean(gaps),
         extra_data_wait_ms=(sum(s.data_wait_ms for s in slow) / len(slow) - wait_ms) if slow else 0.0,
         extra_syncs=(sum(s.host_syncs for s in slow) / len(slow) - syncs) if slow else 0.0,
         p90_step_ms=p90,
@@ -385,7 +382,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),
         recompile_ms=sum(max(0.0, s.step_ms - step_ms) for s in used if s.compiles),
-        trend=step_trend(used),
+        trend=step_trend(used, thresholds),
         grad_norms=tuple((s.step, s.grad_norm) for s in used
                          if s.grad_norm is not None and not s.scaler_skipped),
         nonfinite_grad_steps=tuple(s.step for s in sorted(steps, key=lambda s: s.step)
@@ -395,4 +392,4 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
 
 
 __all__ = ["LineFit", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
-           "steady_steps", "step_trend", "TREND_WINDOWS"]
+           "steady_steps", "step_trend"]
