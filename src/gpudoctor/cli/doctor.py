@@ -15,7 +15,7 @@ import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.cli.pricing import price_option
-from gpudoctor.cli.thresholds_option import thresholds_option
+from gpudoctor.cli.thresholds_option import current_thresholds, thresholds_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # as in run: doctor's options first, the first positional word starts the command
@@ -185,7 +185,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_INTERRUPTED)
             comparison = proof.comparison
         with err.status("[5/5] writing the HTML report…"):
-            report = write_report(run, findings, verified=comparison, price_per_gpu_hour=price)
+            report = write_report(run, findings, verified=comparison, price_per_gpu_hour=price,
+                                  thresholds=current_thresholds())
         seconds = time.perf_counter() - start
 
         if json_output:

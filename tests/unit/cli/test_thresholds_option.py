@@ -110,3 +110,23 @@ def test_run_and_doctor_refuse_a_bad_file_before_running(tmp_path: Path, command
     assert result.exit_code == EXIT_USAGE, result.output
     assert "unknown threshold 'not_a_threshold'" in result.stderr
     assert not out.exists()
+
+
+def test_run_diagnoses_with_the_files_thresholds(tmp_path: Path) -> None:
+    """End to end: a script run under the probes, judged with a warm-up of 8 steps from the file."""
+    import sys
+
+    from cli_runner import gpudoctor
+
+    (tmp_path / "train.py").write_text(
+        "import torch\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(16):\n    m(torch.randn(8, 4)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n",
+        encoding="utf-8")
+    path = _toml(tmp_path, "warmup_steps = 8\n")
+    result = gpudoctor("run", "--thresholds", str(path), "--no-profile", "--json", "--fail-on", "never",
+                       "--out", "rd", "--", sys.executable, "train.py", cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (stats,) = json.loads(result.stdout)["stats"]
+    assert stats["steps"] == 16 - 8  # the steady steps after the file's warm-up
+    stored = json.loads((tmp_path / "rd" / "findings.json").read_text())["data"]
+    assert "+thresholds-" in stored["analysis_version"]
