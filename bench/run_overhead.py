@@ -12,6 +12,8 @@ interleaved, every round running each arm once in a rotating order:
 * ``instrumented`` — the bars. The layout of the default ``gpudoctor run --steps 60``: the
   profiler window takes the last five steps (55-59; ``--window 55:59`` reproduces it under
   ``--full``), so no step follows the window's closing sync.
+* ``instrumented_noflops`` — the same with ``GPUDOCTOR_WINDOW_FLOPS=0``: no input shapes
+  recorded, no FLOP count (what counting FLOPs for MFU costs at the window's stop).
 * ``full_layout`` — ``gpudoctor run --full``: the end is unknown, so the window takes steps
   10-14 and 50 steps follow it. Reported beside the bars, not judged by them.
 * ``probes`` — ``--full --no-profile``: the per-step probes alone, no window.
@@ -53,7 +55,7 @@ WARMUP = 5
 BAR_OUTSIDE = 0.02
 BAR_WHOLE = 0.05
 BAR_ARM = "instrumented"
-ARMS = ("plain", "instrumented", "full_layout", "probes")
+ARMS = ("plain", "instrumented", "instrumented_noflops", "full_layout", "probes")
 FIGURES = ("outside_mean", "whole_total", "before_window_mean", "after_window_mean")
 
 
@@ -66,13 +68,13 @@ def default_window(steps: int) -> tuple[int, int]:
 
 def arm_window(mode: str, steps: int) -> tuple[int, int] | None:
     """The profiler window of an arm (``None``: no window)."""
-    if mode == "instrumented":
+    if mode in ("instrumented", "instrumented_noflops"):
         return default_window(steps)
     return FULL_WINDOW if mode == "full_layout" else None
 
 
 def arm_flags(mode: str, steps: int) -> list[str]:
-    if mode == "instrumented":
+    if mode in ("instrumented", "instrumented_noflops"):
         first, last = default_window(steps)
         return ["--full", "--window", f"{first}:{last}"]
     return {"full_layout": ["--full"], "probes": ["--full", "--no-profile"]}[mode]
@@ -216,6 +218,8 @@ def _run(mode: str, steps: int, batch: int, tmp: Path, index: int, round_: int) 
         command = [sys.executable, "-m", "gpudoctor", "run", *arm_flags(mode, steps), "--json", "--fail-on", "never",
                    "--out", str(tmp / f"rd-{index}"), "--", *script]
     env = dict(os.environ)
+    if mode == "instrumented_noflops":
+        env["GPUDOCTOR_WINDOW_FLOPS"] = "0"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     start = time.monotonic()
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)

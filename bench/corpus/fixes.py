@@ -17,6 +17,8 @@ exactly once or the patch refuses (the script changed upstream: re-check the pat
   comparison is in samples/s).
 * ``compile``: launch-bound, second line: ``torch.compile(model)``.
 * ``nonblocking``: blocking or pageable copies: ``non_blocking=True`` (+ ``pin_memory``).
+* ``persistent``: stalls at each epoch boundary with workers restarted each epoch:
+  ``persistent_workers=True`` on the loader, nothing else (the periodic-stall prescription).
 
 ``KIND_FOR_CODE`` maps a finding code to the kind that applies its prescription.
 """
@@ -29,6 +31,7 @@ BATCH_FACTOR = 4
 
 # finding code (substring) -> fix kind, first match wins
 KIND_FOR_CODE: tuple[tuple[str, str], ...] = (
+    ("PERIODIC-STALL", "persistent"),
     ("FP32", "bf16"),
     ("AUTOCAST", "bf16"),
     ("MIXED-PRECISION", "bf16"),
@@ -74,6 +77,8 @@ PATCHES: dict[str, dict[str, list[tuple[str, str, str]]]] = {
                     "\n        losses.update(loss.detach(), images.size(0))  # read when printed\n")],
     },
     "dcgan": {
+        "persistent": [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
+                        "shuffle=True, num_workers=int(opt.workers), persistent_workers=True)")],
         "loader": [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
                     "shuffle=True, " + LOADER_KW + ")"),
                    ("dcgan/main.py", "real_cpu = data[0].to(device)", "real_cpu = data[0].to(device, non_blocking=True)")],

@@ -48,6 +48,10 @@ class Breakdown:
     Attributes:
         gpu_timeline: the split came from the GPU timeline (else from host times only).
         gpu_busy_ms: the GPU's busy time per step (``None`` without a GPU timeline).
+        stall_host_ms: of ``host_ms``, the host time of periodic stalls (a checkpoint or an
+            epoch boundary every N steps, :class:`gpudoctor.analysis.steps.Tail`) spread over the
+            mean step: the stall rule owns it, so the rules about every step's host work
+            (launch overhead, syncs) leave it out.
     """
 
     step_ms: float
@@ -58,6 +62,7 @@ class Breakdown:
     host_ms: float
     gpu_timeline: bool
     gpu_busy_ms: float | None = None
+    stall_host_ms: float = 0.0
 
     def part(self, name: str) -> float:
         return getattr(self, f"{name}_ms")
@@ -108,12 +113,21 @@ def compute_breakdown(stats: RankStepStats, window: WindowSummary | None) -> Bre
         host = idle - data - h2d - gloo_idle
         return Breakdown(step_ms=step, data_ms=data, copy_ms=copy_gpu + h2d, compute_ms=compute,
                          comm_ms=comm + gloo_idle, host_ms=host, gpu_timeline=True,
-                         gpu_busy_ms=busy)
+                         gpu_busy_ms=busy, stall_host_ms=min(host, _stall_host_ms(stats)))
     data = min(step, stats.mean_data_wait_ms)
     h2d = min(step - data, stats.mean_h2d_ms or 0.0)
     comm = min(step - data - h2d, gloo)
     return Breakdown(step_ms=step, data_ms=data, copy_ms=h2d, compute_ms=step - data - h2d - comm,
                      comm_ms=comm, host_ms=0.0, gpu_timeline=False)
+
+
+def _stall_host_ms(stats: RankStepStats) -> float:
+    """Host time per mean step that the periodic stalls add beyond their data wait."""
+    tail = stats.tail
+    if tail is None or not tail.stalls or not stats.n_used:
+        return 0.0
+    data = max(0.0, tail.extra_data_wait_ms) * len(tail.slow_steps)
+    return max(0.0, tail.excess_ms - data) / stats.n_used
 
 
 def host_active_ms(stats: RankStepStats, window: WindowSummary | None) -> float | None:

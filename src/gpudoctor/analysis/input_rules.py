@@ -89,6 +89,11 @@ def _data_loader(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding
                 f"{ms(s.step_ms)}), rank {rf.rank}"]
     if rf.breakdown.gpu_timeline and share < s.mean_data_wait_ms / s.mean_step_ms - th.data_wait_note_min_share:
         evidence.append(f"of it, {pct(share)} with the GPU idle (the rest overlaps queued GPU work)")
+    tail = s.tail
+    if tail is not None and tail.stalls and tail.extra_data_wait_ms > 0:
+        every = f"every ~{tail.period:.0f} steps" if tail.period and tail.regular else "in bursts"
+        evidence.append(f"the wait comes {every}: {len(tail.slow_steps)} of {s.n_used} steps wait "
+                        f"{ms(tail.extra_data_wait_ms)} more than the median step")
     if loader is not None:
         evidence.append(describe_loader(loader))
     busy = rf.busy_frac

@@ -16,11 +16,11 @@ def unexplained_idle(rf: RankFacts) -> float | None:
 
     That is the idle time the host's own work causes: launching, Python, and - after a sync -
     the gap until the next kernels are queued: the ``host`` part of the breakdown
-    (:mod:`gpudoctor.analysis.breakdown`). Without a GPU timeline, from NVML's utilisation.
+    (:mod:`gpudoctor.analysis.breakdown`) less its periodic stalls (GD-RUN-PERIODIC-STALL's). Without a GPU timeline, from NVML's utilisation.
     """
     b = rf.breakdown
     if b.gpu_timeline:
-        return b.share("host")
+        return (b.host_ms - b.stall_host_ms) / b.step_ms if b.step_ms > 0 else 0.0
     busy = rf.busy_frac
     if busy is None:
         return None

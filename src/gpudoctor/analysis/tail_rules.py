@@ -84,6 +84,22 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
             "if step % log_every == 0:\n"
             "    log(running_loss.item() / log_every)",
         )
+    if at_epochs and loader is not None:
+        restart = loader.num_workers > 0 and not loader.persistent_workers
+        evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} "
+                    f"samples / batch {loader.batch_size}); the data wait explains "
+                    f"{ms(max(0.0, tail.extra_data_wait_ms))} of their {ms(extra)} beyond the median"
+                    + ("; the DataLoader's workers restart each epoch" if restart else ""))
+        fix = ("# work done once per epoch, between the last step of one and the first of the next:\n"
+               "#  - checkpointing, evaluation, image or metric dumps: every N epochs, or asynchronously\n"
+               "#    (torch.distributed.checkpoint.async_save, a background thread for image writes)\n")
+        if restart:
+            fix += (f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
+                    f"{loader.num_workers},\n"
+                    "                    persistent_workers=True)   # no worker restart each epoch")
+        else:
+            fix += "#  - short epochs (a small dataset) pay it often: fewer, longer epochs"
+        return ("does the work of an epoch boundary", evidence, fix)
     return (
         "does extra host work",
         "neither the data wait nor the host syncs explain the slow steps",
@@ -95,14 +111,16 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
 
 def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
     tail = rf.stats.tail
-    if tail is None or len(tail.slow_steps) < th.tail_min_slow_steps or tail.excess_share < th.tail_min_excess:
-        return []
-    if len(tail.slow_steps) > th.tail_max_slow_frac * rf.stats.n_used:
-        return []  # bimodal step times, not stalls (Thresholds.tail_max_slow_frac)
+    if tail is None or not tail.stalls:
+        return []  # too few, too cheap, or too many: bimodal step times (Tail.stalls)
     idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else None
     if idle is not None and idle < th.tail_min_excess:
         return []  # the GPU stayed busy through the slow host steps: queued work hid them
     what, cause_line, fix = _cause(rf, th, world)
+    if what == "waits for the DataLoader" and rf.breakdown.share("data") >= th.data_wait_min_share:
+        # workers that fall behind every few batches: the mean data wait counts these steps, and
+        # GD-RUN-DATALOADER's fix (more workers, a deeper queue) is the one for them
+        return []
     if not tail.regular and what == "does extra host work":
         return []  # scattered slow steps with no cause in the records: scheduling noise
     every = f"every ~{tail.period:.0f} steps" if tail.period and tail.regular else "repeatedly"

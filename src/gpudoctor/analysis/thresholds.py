@@ -83,9 +83,11 @@ class Thresholds:
     straggler_min_steps: int = _t(20, "Steady steps every rank needs before the straggler rule judges. Ranks that meet in a collective every step are never more than about one step apart, so the means of n steps differ by up to 2 steps / n from where the count starts and ends alone; below 2 / straggler_min_skew = 20 steps that boundary effect can reach the 10% skew by itself.")
     # -- periodic stalls ---------------------------------------------------------------------
     tail_slow_factor: float = _t(1.5, "A steady step longer than this many median steps is a slow step. In the H200 recordings of workloads without stalls the 90th percentile step is 1.01-1.24 medians (tests/fixtures/runs: basic_user, item_every_step, pageable_copies, tiny_batch, ...), so 1.5 is outside that jitter, while a loader that stalls for half a step every N steps still counts.")
+    tail_excess_cover: float = _t(0.8, "The stalls are the fewest slow steps that carry this share of the slow steps' excess time. pytorch/examples' dcgan on an H200 (a 1,000-image dataset, so an epoch every 16 steps) had 13 of 49 steps over 1.5x the median: 7 long ones at each epoch's end and start (checkpoint, image save, workers restarted: 150-1,200 ms) held 95% of the excess, 6 at 2x the median from loader jitter; counting all 13 made the run look bimodal and hid a 72% stall.")
+    tail_stall_equal_frac: float = _t(0.5, "Past tail_excess_cover, a slow step whose excess is at least this share of the shortest stall's is a stall too (stalls of about equal length are all counted, not cut at the cover). A judgement.")
     tail_max_slow_frac: float = _t(0.25, "At most this share of the steady steps may be slow for them to be stalls: with more, the step time is bimodal, not stalling (the H200 `clean` recording has 3.5 ms and 18.7 ms steps, 40% of them long; a CPU run on 2 busy cores varies 52-3,600 ms).")
     tail_min_excess: float = _t(0.10, "The slow steps must cost this share of the run's time (beyond what median steps would have taken) for a periodic-stall finding; the gain of removing them is exactly that share. " + _GAIN_BAR)
-    tail_min_slow_steps: int = _t(2, "A stall must recur: at least this many slow steps (one slow step is a one-off, not a period); 2 is the least that has a period.")
+    tail_min_slow_steps: int = _t(2, "A stall must recur: at least this many stalled steps (Tail.stalls; one slow step is a one-off, not a period); 2 is the least that has a period.")
     tail_regular_cv: float = _t(0.25, "Slow steps are 'regular' (a stall every N steps) when the distances between them vary by at most this share of their mean (population std / mean); scheduling noise on a busy host scatters them. A judgement.")
     tail_cause_min_share: float = _t(0.5, "The data loader (or an epoch boundary) is named as the stall's cause when the slow steps' extra data wait is at least this share of their extra time: the larger part of it. A judgement.")
     stuck_min_idle_s: float = _t(10.0, "A run interrupted with Ctrl-C this long after its last optimizer step (and a quarter of the stall limit) was stuck, not stopped mid-work: 10 s is several times the slowest steps recorded (a CPU run on 2 busy cores: up to 3.6 s a step).")
@@ -121,7 +123,8 @@ _SHARES = frozenset({
     "compute_min_busy", "cudnn_benchmark_min_busy", "leak_min_r2", "frag_min_waste_frac",
     "headroom_max_mem_frac", "headroom_max_busy", "headroom_target_mem_frac", "batch_fit_margin",
     "scaler_max_skip_frac", "comm_min_exposed_share", "straggler_min_skew", "tail_max_slow_frac",
-    "tail_min_excess", "tail_cause_min_share", "slowdown_min_r2",
+    "tail_min_excess", "tail_cause_min_share", "tail_excess_cover", "tail_stall_equal_frac",
+    "slowdown_min_r2",
 })
 
 

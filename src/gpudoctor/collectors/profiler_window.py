@@ -17,6 +17,7 @@ the window. The reduction (:func:`reduce_events`) is pure and runs when the reco
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 import warnings
@@ -70,6 +71,15 @@ def _quiet_profiler():
         yield
 
 
+def _count_flops() -> bool:
+    """Whether the window counts matmul/conv FLOPs (for MFU): ``GPUDOCTOR_WINDOW_FLOPS=0`` skips it.
+
+    Counting needs the ops' input shapes, which makes the profiler's stop slower (measured in
+    ``bench/run_overhead.py``'s ``instrumented_noflops`` arm).
+    """
+    return os.environ.get("GPUDOCTOR_WINDOW_FLOPS", "1").strip() not in ("0", "false", "no")
+
+
 class Window:
     """A running (or finished) profiler window of one rank."""
 
@@ -94,7 +104,7 @@ class Window:
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 activities.append(ProfilerActivity.CUDA)
             prof = profile(activities=activities, record_shapes=False, profile_memory=False,
-                           with_stack=False, with_flops=True)
+                           with_stack=False, with_flops=_count_flops())
             with _quiet_profiler():
                 prof.start()
         except Exception as exc:  # noqa: BLE001 - e.g. the script runs its own profiler
