@@ -13,6 +13,8 @@ GOLDENS = Path(__file__).parent / "goldens"
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(Path(__file__).parent / "support"))  # test-support modules
 
+import gpu_log  # noqa: E402 - from support/, put on the path just above
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -21,6 +23,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Rewrite golden files from the current output instead of comparing.",
     )
+    gpu_log.add_option(parser)  # --gpu-log DIR: keep a log of the GPU tier to commit
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    gpu_log.configure(config)
 
 
 @pytest.fixture

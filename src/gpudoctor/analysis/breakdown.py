@@ -71,13 +71,6 @@ class Breakdown:
         return self.part(name) / self.step_ms if self.step_ms > 0 else 0.0
 
     @property
-    def idle_ms(self) -> float | None:
-        """GPU idle time per step (``None`` without a GPU timeline)."""
-        if self.gpu_busy_ms is None:
-            return None
-        return max(0.0, self.step_ms - self.gpu_busy_ms)
-
-    @property
     def largest(self) -> str:
         return max(PARTS, key=self.part)
 

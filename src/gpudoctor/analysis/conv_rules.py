@@ -74,14 +74,14 @@ def check_cudnn_benchmark(facts: RunFacts, th: Thresholds) -> list[Finding]:
     ``--try cudnn_benchmark``."""
     if not facts.on_gpu:
         return []
-    return worst_rank(facts.ranks, lambda rf: _benchmark(rf), lambda rf: rf.rank)
+    return worst_rank(facts.ranks, lambda rf: _benchmark(rf, th), lambda rf: rf.rank)
 
 
-def _benchmark(rf: RankFacts) -> list[Finding]:
+def _benchmark(rf: RankFacts, th: Thresholds) -> list[Finding]:
     cfg = rf.config
     if cfg is None or cfg.cudnn_benchmark is not False or not is_conv_net(rf):
         return []
-    if rf.busy_frac is not None and rf.busy_frac < 0.5:
+    if rf.busy_frac is not None and rf.busy_frac < th.cudnn_benchmark_min_busy:
         return []  # the GPU mostly waits: faster convolutions would not shorten the step
     return [Finding(
         code=CODE_CUDNN_BENCHMARK, severity=Severity.INFO,

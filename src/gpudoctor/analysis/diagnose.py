@@ -107,7 +107,7 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     th = thresholds or Thresholds()
     facts = run_facts(run, th)
     findings = run_rules.check_run_status(run.manifest, facts, th)
-    stall = stall_rules.check_stall(run)
+    stall = stall_rules.check_stall(run, th)
     if stall:  # where it was stuck says more than "no step was recorded"
         findings = [f for f in findings if f.code != run_rules.CODE_NO_STEPS]
     findings.extend(stall)

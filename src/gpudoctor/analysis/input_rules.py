@@ -87,7 +87,7 @@ def _data_loader(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding
     evidence = [f"waiting for the next batch: {ms(s.mean_data_wait_ms)} of a "
                 f"{ms(s.mean_step_ms)} mean step (median {ms(s.data_wait_ms)} of "
                 f"{ms(s.step_ms)}), rank {rf.rank}"]
-    if rf.breakdown.gpu_timeline and share < s.mean_data_wait_ms / s.mean_step_ms - 0.005:
+    if rf.breakdown.gpu_timeline and share < s.mean_data_wait_ms / s.mean_step_ms - th.data_wait_note_min_share:
         evidence.append(f"of it, {pct(share)} with the GPU idle (the rest overlaps queued GPU work)")
     tail = s.tail
     if tail is not None and tail.stalls and tail.extra_data_wait_ms > 0:

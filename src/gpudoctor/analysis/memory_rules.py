@@ -53,7 +53,7 @@ def _leak(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding]:
         steps_left = max(0, int(left / fit.slope))
         evidence.append(f"at this rate the {human_bytes(total)} GPU is full in about "
                         f"{steps_left} more steps")
-        if steps_left < 10_000:
+        if steps_left < th.leak_error_steps:
             severity = Severity.ERROR
     return [Finding(
         code=CODE_LEAK, severity=severity,
@@ -134,8 +134,7 @@ def check_headroom(facts: RunFacts, th: Thresholds) -> list[Finding]:
     frac = peak / total
     if frac >= th.headroom_max_mem_frac:
         return []
-    # 80% of the memory as the target leaves room for fragmentation and evaluation
-    factor = int(0.8 * total / peak)
+    factor = int(th.headroom_target_mem_frac * total / peak)
     return [Finding(
         code=CODE_HEADROOM, severity=Severity.INFO,
         title=f"Memory headroom: {pct(frac)} of GPU memory used while the GPU is busy {pct(busy)}",

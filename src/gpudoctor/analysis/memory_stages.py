@@ -37,7 +37,6 @@ def what_it_holds(stage: str, step: int | None) -> str:
     if stage == "optimizer" and step is not None and step > 0:
         return "the update (state already there)"
     return WHAT.get(stage, "")
-MARGIN = 0.1  # share of GPU memory kept free when extrapolating the batch
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class BatchFit:
     capacity_bytes: int
     headroom_bytes: int  # capacity - peak
     max_batch_size: int | None
-    margin: float = MARGIN
+    margin: float  # share of GPU memory kept free (Thresholds.batch_fit_margin)
 
 
 @dataclass(frozen=True)
@@ -226,7 +225,7 @@ def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None, *,
             advice="export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" if helps else "",
         )
     parts = stage_parts(stages) if stages else None
-    fit = _fit(run, rank, parts, steps)
+    fit = _fit(run, rank, parts, steps, th.batch_fit_margin)
     oom_sites: tuple[AllocationSite, ...] = ()
     pickle = ""
     if run.oom is not None:
@@ -241,7 +240,8 @@ def analyse_memory_run(run: RunData, thresholds: Thresholds | None = None, *,
     )
 
 
-def _fit(run: RunData, rank: int | None, parts: MemoryParts | None, steps: list) -> BatchFit | None:
+def _fit(run: RunData, rank: int | None, parts: MemoryParts | None, steps: list,
+         margin: float) -> BatchFit | None:
     if parts is None or parts.activation_bytes is None or parts.peak_bytes is None or rank is None:
         return None
     batch = next((s.samples for s in steps if s.samples), None)
@@ -254,7 +254,8 @@ def _fit(run: RunData, rank: int | None, parts: MemoryParts | None, steps: list)
     return BatchFit(
         batch_size=batch, activation_bytes_per_sample=per_sample, fixed_bytes=fixed,
         capacity_bytes=capacity, headroom_bytes=capacity - parts.peak_bytes,
-        max_batch_size=max_batch_that_fits(fixed, per_sample, capacity, margin=MARGIN),
+        max_batch_size=max_batch_that_fits(fixed, per_sample, capacity, margin=margin),
+        margin=margin,
     )
 
 

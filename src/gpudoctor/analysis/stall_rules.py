@@ -8,18 +8,16 @@ waiting for it in the collective their stack shows.
 from __future__ import annotations
 
 from gpudoctor.analysis.stacks import RankStack, main_thread
+from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.rundir import RunData
 
 CODE_STALL = "GD-RUN-STALL"
 CODE_INTERRUPTED = "GD-RUN-INTERRUPTED"
 _USER_FRAMES = 3  # innermost frames of the user's code quoted per rank
-# Ctrl-C this long after the last step (and a quarter of the stall limit: 5 median steps) means
-# the script had stopped making progress.
-_STUCK_S = 10.0
 
 
-def check_stall(run: RunData) -> list[Finding]:
+def check_stall(run: RunData, th: Thresholds) -> list[Finding]:
     """The stall (or the first-step timeout, or Ctrl-C) with where each rank's main thread was."""
     m = run.manifest
     if m.status not in ("stalled", "timeout", "interrupted"):
@@ -45,7 +43,7 @@ def check_stall(run: RunData) -> list[Finding]:
         title = f"Stuck before the first optimizer step: none in {idle}{limit}{where}"
         return [Finding(code=CODE_STALL, severity=Severity.ERROR, title=title, evidence=tuple(evidence), fix=fix)]
     # interrupted: stuck when it had gone without a step far longer than its steps take
-    stalled = bool(steps) and m.idle_s is not None and m.idle_s > max(_STUCK_S, (m.stall_limit_s or 0.0) / 4)
+    stalled = bool(steps) and m.idle_s is not None and m.idle_s > max(th.stuck_min_idle_s, (m.stall_limit_s or 0.0) / 4)
     if stalled:
         title = f"Interrupted at step {at} after {idle} without an optimizer step: it was stuck{where}"
         return [Finding(code=CODE_STALL, severity=Severity.ERROR, title=title,

@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpudoctor.analysis.step_tail import Tail, step_tail
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.step import StepRecord
 
@@ -75,7 +76,7 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
 class StepTrend:
     """Step time against the step index over the steady steps: a run that slows down as it goes.
 
-    The line is fitted to the medians of consecutive windows of steps (``TREND_WINDOWS`` of
+    The line is fitted to the medians of consecutive windows of steps (``trend_windows`` of
     them), not to every step: one step that waits on the scheduler or the allocator is a point
     far off any line and would drown a steady climb in a least-squares fit of single steps (a
     CPU run whose steps grew from 0.23 to 0.52 ms had R^2 0.01 over its steps, because of a few
@@ -130,14 +131,11 @@ class StepTrend:
         return max(0.0, self.growth_ms / 2.0) / mean if mean > 0 else 0.0
 
 
-TREND_WINDOWS = 10  # at most this many points on the trend line: windows of >= TREND_MIN_WINDOW steps
-TREND_MIN_WINDOW = 3
-
-
-def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
-    """Fit the step time against the step index over ``used``, window medians as the points
-    (``None`` with fewer than 3 windows)."""
-    size = max(TREND_MIN_WINDOW, math.ceil(len(used) / TREND_WINDOWS))
+def step_trend(used: Sequence[StepRecord], thresholds: Thresholds) -> StepTrend | None:
+    """Fit the step time against the step index over ``used``, window medians as the points:
+    at most ``trend_windows`` windows of at least ``trend_min_window`` steps (``None`` with fewer
+    than 3 windows)."""
+    size = max(thresholds.trend_min_window, math.ceil(len(used) / thresholds.trend_windows))
     chunks = [list(used[i:i + size]) for i in range(0, len(used) - size + 1, size)]
     if chunks and len(used) % size:
         chunks[-1].extend(used[len(chunks) * size:])  # the remainder joins the last window
@@ -151,99 +149,6 @@ def step_trend(used: Sequence[StepRecord]) -> StepTrend | None:
     return StepTrend(fit=fit, first_step=used[0].step, last_step=used[-1].step, windows=len(chunks),
                      first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s,
                      late_slope=None if late is None else late.slope, first_window_ms=ys[0])
-
-
-@dataclass(frozen=True, slots=True)
-class Tail:
-    """Steps much slower than the typical one, which a median hides (one step in N that waits).
-
-    Attributes:
-        slow_steps: indices of the stalled steps: of the steady steps longer than
-            ``tail_slow_factor`` x the median, the fewest that carry ``tail_excess_cover`` of
-            their time beyond the median (the long steps, not the jitter beside them).
-        excess_ms: their time beyond the median step, summed.
-        excess_share: ``excess_ms`` over the total time of the steady steps: what the run loses.
-        period: median distance between the starts of consecutive stalls (slow steps at most
-            1 apart are one stall: an epoch's end and the next one's first batch); ``None`` with
-            fewer than two stalls.
-        regular: three or more stalls whose distances vary by at most a quarter of their
-            mean (a stall every N steps), not scattered as scheduling noise on a busy host is.
-        extra_data_wait_ms: mean data wait of the slow steps minus the median data wait.
-        extra_syncs: mean host syncs of the slow steps minus the median count.
-        p90_step_ms: 90th percentile of the steady steps' time.
-        episodes: how many stalls (runs of slow steps) there were.
-        stalls: the slow steps are stalls, not the jitter or the two modes of a step: at least
-            two, at most ``tail_max_slow_frac`` of the steady steps, costing at least
-            ``tail_min_excess`` of the run (the periodic-stall rule and the breakdown use it).
-    """
-
-    slow_steps: tuple[int, ...]
-    excess_ms: float
-    excess_share: float
-    period: float | None
-    regular: bool
-    extra_data_wait_ms: float
-    extra_syncs: float
-    p90_step_ms: float
-    episodes: int = 0
-    stalls: bool = False
-
-
-def _stall_steps(slow: Sequence[StepRecord], step_ms: float, cover: float) -> list[StepRecord]:
-    """The fewest slow steps that carry ``cover`` of the slow steps' excess, in step order,
-    and the steps after those as long as half the shortest of them (stalls of equal length).
-
-    A run whose epochs end with a 1.2 s checkpoint also has steps at 2x the median from loader
-    jitter; the stall is the few long steps that hold the time, not every step over the factor.
-    """
-    total = sum(s.step_ms - step_ms for s in slow)
-    kept: list[StepRecord] = []
-    carried = 0.0
-    for s in sorted(slow, key=lambda r: r.step_ms, reverse=True):
-        # past the cover, steps as long as half the shortest stall are stalls too (equal stalls)
-        if carried >= cover * total and s.step_ms - step_ms < 0.5 * (kept[-1].step_ms - step_ms):
-            break
-        kept.append(s)
-        carried += s.step_ms - step_ms
-    return sorted(kept, key=lambda r: r.step)
-
-
-def _episode_starts(stalls: Sequence[StepRecord]) -> list[int]:
-    """First step of each run of stalled steps (consecutive steps are one stall)."""
-    starts: list[int] = []
-    last: int | None = None
-    for s in stalls:
-        if last is None or s.step - last > 1:
-            starts.append(s.step)
-        last = s.step
-    return starts
-
-
-def _tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs: float,
-          thresholds: Thresholds) -> Tail:
-    times = [s.step_ms for s in used]
-    # a step that compiled is slow for a known reason (GD-RUN-RECOMPILE), not a stall
-    slow = [s for s in used if step_ms > 0 and s.step_ms > thresholds.tail_slow_factor * step_ms
-            and not s.compiles]
-    slow = _stall_steps(slow, step_ms, thresholds.tail_excess_cover)
-    excess = sum(s.step_ms - step_ms for s in slow)
-    total = sum(times)
-    starts = _episode_starts(slow)
-    gaps = [b - a for a, b in zip(starts, starts[1:])]
-    p90 = statistics.quantiles(times, n=10, method="inclusive")[-1] if len(times) > 1 else times[0]
-    return Tail(
-        slow_steps=tuple(s.step for s in slow),
-        excess_ms=excess,
-        excess_share=excess / total if total > 0 else 0.0,
-        period=median(gaps),
-        regular=len(gaps) >= 2 and statistics.pstdev(gaps) <= 0.25 * statistics.fmean(gaps),
-        extra_data_wait_ms=(sum(s.data_wait_ms for s in slow) / len(slow) - wait_ms) if slow else 0.0,
-        extra_syncs=(sum(s.host_syncs for s in slow) / len(slow) - syncs) if slow else 0.0,
-        p90_step_ms=p90,
-        episodes=len(starts),
-        stalls=(2 <= len(slow) <= thresholds.tail_max_slow_frac * len(used)
-                and total > 0 and excess / total >= thresholds.tail_min_excess),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,11 +331,11 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         mean_data_wait_ms=sum(s.data_wait_ms for s in used) / len(used),
         mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
         mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
-        tail=_tail(used, step_ms, wait_ms, syncs, thresholds),
+        tail=step_tail(used, step_ms, wait_ms, syncs, thresholds),
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),
         recompile_ms=sum(max(0.0, s.step_ms - step_ms) for s in used if s.compiles),
-        trend=step_trend(used),
+        trend=step_trend(used, thresholds),
         grad_norms=tuple((s.step, s.grad_norm) for s in used
                          if s.grad_norm is not None and not s.scaler_skipped),
         nonfinite_grad_steps=tuple(s.step for s in sorted(steps, key=lambda s: s.step)
@@ -440,4 +345,4 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
 
 
 __all__ = ["LineFit", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
-           "steady_steps", "step_trend", "TREND_WINDOWS"]
+           "steady_steps", "step_trend"]

@@ -45,7 +45,7 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
     loader = main_loader(rf.config)
     epoch = _epoch_steps(rf, world)
     at_epochs = bool(epoch and tail.period and abs(tail.period - epoch) <= 1)
-    if tail.extra_data_wait_ms >= 0.5 * extra and at_epochs and loader is not None:
+    if tail.extra_data_wait_ms >= th.tail_cause_min_share * extra and at_epochs and loader is not None:
         restart = loader.num_workers > 0 and not loader.persistent_workers
         evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} "
                     f"samples / batch {loader.batch_size}); data wait {ms(tail.extra_data_wait_ms)} "
@@ -65,7 +65,7 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
                 "#    instead of collating samples one by one, or keep the data on the GPU\n"
                 "#    (gpudoctor.train.GpuLoader)\n"
                 "#  - or fewer, longer epochs (a sampler that spans several passes)")
-    if tail.extra_data_wait_ms >= 0.5 * extra:
+    if tail.extra_data_wait_ms >= th.tail_cause_min_share * extra:
         return (
             "waits for the DataLoader",
             f"in the slow steps the data wait is {ms(tail.extra_data_wait_ms)} above the median "

@@ -114,7 +114,7 @@ def _pageable(rf: RankFacts, th: Thresholds) -> list[Finding]:
                 "x = x.to(device, non_blocking=True)   # async copy from pinned memory"
             ),
         )
-    if s.h2d_copies and s.h2d_blocking_copies * 2 >= s.h2d_copies:
+    if s.h2d_copies and s.h2d_blocking_copies >= th.blocking_min_share * s.h2d_copies:
         share = _h2d_share(rf, pageable_only=False)
         evidence.append(f"{s.h2d_blocking_copies:.0f} of {s.h2d_copies:.0f} copies without "
                         "non_blocking=True")

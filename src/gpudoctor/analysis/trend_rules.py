@@ -46,7 +46,7 @@ def _slowdown(rf: RankFacts, facts: RunFacts, th: Thresholds) -> list[Finding]:
         return []
     if t.growth_frac < th.slowdown_min_growth or t.fit.r2 < th.slowdown_min_r2:
         return []
-    if t.late_slope is None or t.late_slope < 0.25 * t.fit.slope:
+    if t.late_slope is None or t.late_slope < th.slowdown_min_late_slope * t.fit.slope:
         return []  # levelled off: a warm-up longer than the warm-up drop, not a slow-down
     per_100 = 100.0 * t.fit.slope
     later = t.start_ms + t.fit.slope * (t.last_step - t.first_step + PROJECT_STEPS)

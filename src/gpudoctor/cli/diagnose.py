@@ -8,6 +8,7 @@ made them), render the summary and the findings.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from importlib import resources
@@ -18,6 +19,7 @@ import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.cli.pricing import price_option
+from gpudoctor.cli.thresholds_option import current_thresholds, thresholds_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # what the findings of a run depend on besides its records: the rules and the data they read
@@ -53,14 +55,29 @@ def analysis_version() -> str:
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
-def analyse(run: Any) -> list:
-    """Diagnose ``run`` and write ``findings.json`` stamped with :func:`analysis_version`."""
+def findings_version(thresholds: Any) -> str:
+    """:func:`analysis_version`, plus ``+thresholds-<12 hex>`` (a digest of the changed limits)
+    when ``thresholds`` are not the defaults: findings made with a ``--thresholds`` file are
+    never taken for today's default analysis."""
+    from gpudoctor.analysis.thresholds import Thresholds
+
+    changed = sorted((f.name, getattr(thresholds, f.name)) for f in dataclasses.fields(thresholds)
+                     if getattr(thresholds, f.name) != getattr(Thresholds(), f.name))
+    if not changed:
+        return analysis_version()
+    return f"{analysis_version()}+thresholds-{hashlib.sha256(repr(changed).encode()).hexdigest()[:12]}"
+
+
+def analyse(run: Any, thresholds: Any = None) -> list:
+    """Diagnose ``run`` with ``thresholds`` (default: the command's ``--thresholds``, else the
+    defaults) and write ``findings.json`` stamped with :func:`findings_version`."""
     from gpudoctor.analysis.diagnose import diagnose
     from gpudoctor.records.base import write_json
     from gpudoctor.records.rundir import FINDINGS, KIND_FINDINGS, FindingList
 
-    findings = list(diagnose(run))
-    stored = FindingList(findings=tuple(findings), analysis_version=analysis_version())
+    th = thresholds if thresholds is not None else current_thresholds()
+    findings = list(diagnose(run, thresholds=th))
+    stored = FindingList(findings=tuple(findings), analysis_version=findings_version(th))
     try:
         write_json(run.path / FINDINGS, stored, kind=KIND_FINDINGS)
     except OSError as exc:  # a read-only copy of a run: the diagnosis is still printed
@@ -73,10 +90,13 @@ def analyse(run: Any) -> list:
 
 def current_findings(run: Any) -> list:
     """The findings a view should show: the stored ones when today's analysis made them, else
-    freshly computed (and ``findings.json`` rewritten), so ``report`` and ``diagnose`` agree."""
+    freshly computed (and ``findings.json`` rewritten), so ``report`` and ``diagnose`` agree.
+    Default thresholds: findings stored by a run with a ``--thresholds`` file are recomputed."""
+    from gpudoctor.analysis.thresholds import Thresholds
+
     if run.findings is not None and run.findings_version == analysis_version():
         return list(run.findings)
-    return analyse(run)
+    return analyse(run, Thresholds())
 
 
 def render(run: Any, findings: list | None, console: Any, *, top: int = 5, price: float | None = None) -> None:
@@ -95,7 +115,7 @@ def render(run: Any, findings: list | None, console: Any, *, top: int = 5, price
         from gpudoctor.report.findings_view import render_findings
         from gpudoctor.report.fit import print_whole
 
-        print_whole(console, render_findings(run, findings, top=top))  # fix code unwrapped: it copies whole
+        print_whole(console, render_findings(run, findings, top=top, thresholds=current_thresholds()))  # fix code unwrapped
         render_cost(run, findings, console, price)
     else:
         for f in findings:
@@ -111,9 +131,8 @@ def costs(run: Any, findings: list | None, price: float | None, verified: Any = 
         return None, None
     from gpudoctor.analysis.cost import run_cost, try_savings
     from gpudoctor.analysis.facts import run_facts
-    from gpudoctor.analysis.thresholds import Thresholds
 
-    cost = run_cost(run_facts(run, Thresholds()), findings or (), price)
+    cost = run_cost(run_facts(run, current_thresholds()), findings or (), price)
     savings = try_savings(cost, verified) if cost is not None and verified is not None else None
     return cost, savings
 
@@ -136,13 +155,13 @@ def payload(run: Any, findings: list | None, price: float | None = None, verifie
     """The ``--json`` form of a diagnosed run (with a ``cost`` key when a price is given)."""
     from gpudoctor.analysis.facts import run_facts
     from gpudoctor.analysis.run_stats import run_stats
-    from gpudoctor.analysis.thresholds import Thresholds
 
-    facts = run_facts(run, Thresholds())
+    th = current_thresholds()
+    facts = run_facts(run, th)
     out = {
         "run_dir": str(run.path),
         "manifest": run.manifest,
-        "stats": run_stats(run),
+        "stats": run_stats(run, th),
         "breakdown": [{"rank": rf.rank, "gpu_busy_frac": rf.busy_frac, **_plain(rf.breakdown)}
                       for rf in facts.ranks],
         "findings": findings,
@@ -155,8 +174,6 @@ def payload(run: Any, findings: list | None, price: float | None = None, verifie
 
 
 def _plain(breakdown: Any) -> dict:
-    import dataclasses
-
     return dataclasses.asdict(breakdown)
 
 
@@ -184,6 +201,7 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none)."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
         price: float = price_option(),
+        thresholds: Path = thresholds_option(),
     ) -> None:
         """Re-analyse a recorded run directory and print its findings.
 
@@ -202,6 +220,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor diagnose RUN_DIR --fail-on error   # CI: fail on errors only
           gpudoctor diagnose RUN_DIR --price-per-gpu-hour 2.5   # what it costs
           gpudoctor diagnose node0/run node1/run   # a 2-node job, a run each
+          gpudoctor diagnose RUN_DIR --thresholds my-thresholds.toml
         """
         from gpudoctor.cli.output import emit_json, exit_code, stdout_console
 

@@ -16,6 +16,7 @@ import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.cli.pricing import price_option
+from gpudoctor.cli.thresholds_option import current_thresholds, thresholds_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # as in run: doctor's options first, the first positional word starts the command
@@ -98,6 +99,7 @@ def register(app: typer.Typer) -> None:
         json_output: bool = typer.Option(False, "--json", help="Print JSON instead of the summary."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
         price: float = price_option(),
+        thresholds: Path = thresholds_option(),
     ) -> None:
         """The full check-up: check the GPU stack, run a training script, prove the top fix.
 
@@ -195,7 +197,8 @@ def register(app: typer.Typer) -> None:
             say(f"gpudoctor: [3/5] diagnosed: {len(findings)} finding(s); [4/5] no fix to prove ({why})")
         with Progress(err) as progress:
             progress.headline("[5/5] writing the HTML report")
-            report = write_report(run, findings, verified=comparison, price_per_gpu_hour=price)
+            report = write_report(run, findings, verified=comparison, price_per_gpu_hour=price,
+                                  thresholds=current_thresholds())
         seconds = time.perf_counter() - start
 
         if json_output:

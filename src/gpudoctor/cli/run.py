@@ -16,6 +16,7 @@ import typer
 
 from gpudoctor.cli.output import FAIL_ON_HELP, FailOn
 from gpudoctor.cli.pricing import price_option
+from gpudoctor.cli.thresholds_option import thresholds_option
 from gpudoctor.errors import GpuDoctorUserError
 
 # gpudoctor's options come first; the first word that is not an option starts the command, and
@@ -148,6 +149,7 @@ def register(app: typer.Typer) -> None:
         ),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
         price: float = price_option(),
+        thresholds: Path = thresholds_option(),
     ) -> None:
         """Run a training command under instrumentation and diagnose it.
 
@@ -168,6 +170,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor run --try num_workers=8,pin_memory -- python train.py
           gpudoctor run --price-per-gpu-hour 2.5 python train.py   # what it costs
           gpudoctor run --trace-dir tb --scalars tb python train.py  # TensorBoard
+          gpudoctor run --thresholds my-thresholds.toml python train.py
         """
         from gpudoctor.cli import diagnose as diag
         from gpudoctor.cli.output import emit_json, exit_code, stdout_console

@@ -242,7 +242,7 @@ class InProcessProbes:
         S.window = window
         S.keep_trace = self.spec.keep_trace
         if self.spec.trace_dir is not None:
-            S.info["trace_dir"] = str(self.spec.trace_dir)
+            S.seen.trace_dir = str(self.spec.trace_dir)
         S.t_origin = S.t_last = time.perf_counter()
         self._snapshot = Snapshot()
         try:  # what went in before a failure is noted too, so that end() takes it out
@@ -259,7 +259,7 @@ class InProcessProbes:
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._post_hook))
         if window is not None:
             handle = optim_mod.register_optimizer_step_pre_hook(self._prewarm_hook)
-            S.info["prewarm_handle"] = handle  # the step boundary removes it after step 0
+            S.seen.prewarm_handle = handle  # the step boundary removes it after step 0
             self._handles.append(handle)
 
     # ---- the optimizer-step hooks -------------------------------------------------------------

@@ -5,21 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.core.dist import DistEnv, dist_env
-from gpudoctor.records.base import record
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-
-@record
-class DeviceInfo:
-    """What ``torch.cuda.get_device_properties`` says about one GPU, as plain data."""
-
-    index: int
-    name: str
-    total_memory_bytes: int
-    multiprocessors: int
-    capability: tuple[int, int]
 
 
 def select_device(prefer: str = "auto", env: DistEnv | None = None) -> torch.device:
@@ -55,17 +43,3 @@ def select_device(prefer: str = "auto", env: DistEnv | None = None) -> torch.dev
             "check CUDA_VISIBLE_DEVICES and --nproc_per_node"
         )
     return torch.device("cuda", index)
-
-
-def device_info(index: int) -> DeviceInfo:
-    """Describe GPU ``index`` (initialises CUDA)."""
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    return DeviceInfo(
-        index=index,
-        name=props.name,
-        total_memory_bytes=int(props.total_memory),
-        multiprocessors=int(props.multi_processor_count),
-        capability=(int(props.major), int(props.minor)),
-    )

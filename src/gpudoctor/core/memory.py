@@ -39,11 +39,3 @@ def allocator_stats(device: torch.device | int | None = None) -> AllocatorStats 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     return stats_from_mapping(torch.cuda.memory_stats(device))
-
-
-def reset_peaks(device: torch.device | int | None = None) -> None:
-    """Start a new peak-measurement window (``torch.cuda.reset_peak_memory_stats``)."""
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.reset_peak_memory_stats(device)

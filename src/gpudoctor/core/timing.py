@@ -87,22 +87,3 @@ class CudaEventTimer:
             for _, _, end in self._pending:
                 end.synchronize()
         return self.poll()
-
-
-def time_cuda(fn, *, warmup: int = 3, repeat: int = 10) -> list[float]:
-    """Run ``fn`` ``warmup + repeat`` times; return the ``repeat`` timings in ms (CUDA events).
-
-    Synchronises once at the end (explicitly: this is a benchmark helper, not a hot path).
-    """
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()  # sync point: read all timings at once
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]

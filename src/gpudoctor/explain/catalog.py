@@ -23,13 +23,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import sys
+import tomllib
 from importlib import resources
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 from gpudoctor.explain.facts import CHECKS
 
@@ -120,12 +115,6 @@ class Catalog:
             unknown = [o for o in entry.overrides if o not in known]
             if unknown:
                 raise ValueError(f"entry {entry.id!r} overrides unknown ids {unknown}")
-
-    def by_id(self, entry_id: str) -> Entry:
-        for entry in self.entries:
-            if entry.id == entry_id:
-                return entry
-        raise KeyError(entry_id)
 
     @property
     def triggers(self) -> tuple[str, ...]:

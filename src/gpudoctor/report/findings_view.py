@@ -247,10 +247,12 @@ def _header(run: RunData, facts: RunFacts) -> Text:
     return text
 
 
-def render_findings(run: RunData, findings: list[Finding], *, top: int = 5) -> RenderableType:
+def render_findings(run: RunData, findings: list[Finding], *, top: int = 5,
+                    thresholds: Thresholds | None = None) -> RenderableType:
     """The terminal summary of ``run`` with its ``findings`` (as ordered by ``diagnose``);
-    ``top``: how many of the window's kernels and CPU ops to list (0: none)."""
-    facts = run_facts(run, Thresholds())
+    ``top``: how many of the window's kernels and CPU ops to list (0: none); ``thresholds``: those
+    the findings were made with (default: the defaults)."""
+    facts = run_facts(run, thresholds or Thresholds())
     parts: list[RenderableType] = [_header(run, facts), verdict_text(facts, findings)]
     if facts.ranks:
         parts.append(breakdown_table(facts))

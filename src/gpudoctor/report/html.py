@@ -66,8 +66,9 @@ def config_rows(run: RunData) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def build_figures(run: RunData) -> dict[str, object]:
-    """The report's charts, by name; a chart is left out when its data is missing."""
+def build_figures(run: RunData, thresholds: Thresholds | None = None) -> dict[str, object]:
+    """The report's charts, by name; a chart is left out when its data is missing.
+    ``thresholds``: those the findings were made with (default: the defaults)."""
     figures: dict[str, object] = {}
     series = timeline.gpu_series(run.gpu)
     if series:
@@ -75,7 +76,7 @@ def build_figures(run: RunData) -> dict[str, object]:
         figures["gpu_mem"] = charts.gpu_chart(series, "mem_used_gib", "GPU memory used", "GiB")
         if any(v is not None for s in series for v in s.power_w):
             figures["gpu_power"] = charts.gpu_chart(series, "power_w", "GPU power", "W")
-    stats = {r: s for r in sorted(run.steps) if (s := rank_stats(run, r, Thresholds())) is not None}
+    stats = {r: s for r in sorted(run.steps) if (s := rank_stats(run, r, thresholds or Thresholds())) is not None}
     ranks = list(stats)
     breakdowns = {r: timeline.step_breakdown(r, run.steps[r]) for r in ranks}
     memories = {r: timeline.memory_series(r, run.steps[r], stats[r].leak) for r in ranks}
@@ -96,12 +97,15 @@ def build_figures(run: RunData) -> dict[str, object]:
 
 
 def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
-                  verified: TryComparison | None = None, *, price_per_gpu_hour: float | None = None) -> str:
+                  verified: TryComparison | None = None, *, price_per_gpu_hour: float | None = None,
+                  thresholds: Thresholds | None = None) -> str:
     """Render the whole report as one HTML string.
 
     ``verified``: a ``--try`` re-run of the same command with the fix injected; shown as the
     before/after table right under the verdict. ``price_per_gpu_hour``: add the cost table.
+    ``thresholds``: those the findings were made with (``--thresholds``; default: the defaults).
     """
+    th = thresholds or Thresholds()
     from jinja2 import Environment, select_autoescape
 
     from gpudoctor import __version__
@@ -117,20 +121,19 @@ def render_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
         from gpudoctor.analysis.memory_stages import analyse_memory_run
         from gpudoctor.report.memory_view import stage_cells
 
-        memory = analyse_memory_run(run)
+        memory = analyse_memory_run(run, th)
         memory_rows = [stage_cells(r) for r in memory.rows]
         oom_rows = [(s.site, human_bytes(s.bytes), f"{s.share:.0%}") for s in memory.oom_sites]
     else:
         memory_rows, oom_rows = [], []
     from gpudoctor.analysis.facts import run_facts
-    from gpudoctor.analysis.thresholds import Thresholds
     from gpudoctor.report.findings_view import breakdown_notes, breakdown_rows, top_rows
 
-    facts = run_facts(run, Thresholds())
+    facts = run_facts(run, th)
     step_header, step_rows = breakdown_rows(facts)
     top_kernels, top_ops = top_rows(facts, 10)
     cost_heading_text, cost_table = _cost(facts, ranked, verified, price_per_gpu_hour)
-    figure_map = build_figures(run)
+    figure_map = build_figures(run, th)
     rendered = charts.render_charts(figure_map)
     manifest = run.manifest
     return env.from_string(template_text).render(
@@ -182,10 +185,10 @@ def _cost(facts: Any, findings: list[Finding], verified: TryComparison | None,
 
 def write_report(run: RunData, findings: list[Finding] | tuple[Finding, ...],
                  out: Path | None = None, *, verified: TryComparison | None = None,
-                 price_per_gpu_hour: float | None = None) -> Path:
+                 price_per_gpu_hour: float | None = None, thresholds: Thresholds | None = None) -> Path:
     """Render and write the report (default ``RUNDIR/report.html``); return its path."""
     path = Path(out) if out is not None else run.path / REPORT
-    text = render_report(run, findings, verified, price_per_gpu_hour=price_per_gpu_hour)
+    text = render_report(run, findings, verified, price_per_gpu_hour=price_per_gpu_hour, thresholds=thresholds)
     write_text_atomic(path, text)
     return path
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -20,11 +20,6 @@ import tomli_w
 
 from gpudoctor.records.atomic import write_text_atomic
 from gpudoctor.train.validation import check_fields
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 _FROZEN = dict(frozen=True, kw_only=True, slots=True)
 

@@ -29,11 +29,6 @@ HISTORY_STEPS = 100  # ``on_oom``: record allocation history for this many steps
 HISTORY_ENTRIES = 100_000  # alloc/free events kept (a ring buffer: the most recent steps)
 
 
-def is_oom(exc: BaseException) -> bool:
-    """True for an out-of-memory error from any device allocator."""
-    return isinstance(exc, torch.OutOfMemoryError)
-
-
 def free_memory(optimizer: torch.optim.Optimizer) -> None:
     """Drop what a failed attempt holds: gradients, unreachable activations, cached blocks."""
     optimizer.zero_grad(set_to_none=True)

@@ -30,6 +30,7 @@ script's own code: those knobs need ``--target`` and are reported as skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -37,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
 from gpudoctor.tune.noise import beats, compare, pick, rotated
@@ -100,18 +102,32 @@ def measure(command: tuple[str, ...], knobs: str, run_dir: Path, *, steps: int, 
         verdict = TrialVerdict.OOM if "OutOfMemoryError" in why else TrialVerdict.FAILED
         return Trial(**base, verdict=verdict, steps=len(records),
                      reason=f"{status}: {why.splitlines()[-1] if why else ''} (log: {run_dir / 'stdout.log'})"[:300])
-    steady = records[warmup:]
-    if len(steady) < 2:
+    if len(records) - warmup < 2:
         return Trial(**base, verdict=TrialVerdict.FAILED, steps=len(records),
                      reason=f"only {len(records)} steps recorded: the trial did not really execute")
-    total_ms = sum(r.step_ms for r in steady)
-    samples = sum((r.samples or 0) for r in steady)
-    peaks = [r.mem.peak_allocated_bytes for r in records if r.mem is not None]
-    losses = [r.loss for r in steady if r.loss is not None]
-    return Trial(**base, verdict=TrialVerdict.OK, steps=len(records), step_ms=total_ms / len(steady),
-                 samples_per_s=samples * 1e3 / total_ms if samples and total_ms > 0 else None,
-                 data_wait_ms=sum(r.data_wait_ms for r in steady) / len(steady),
-                 peak_mem_bytes=max(peaks) if peaks else None, loss=losses[-1] if losses else None)
+    stats = steady_stats(records, warmup)
+    losses = [r.loss for r in sorted(records, key=lambda r: r.step)[warmup:] if r.loss is not None]
+    return Trial(**base, verdict=TrialVerdict.OK, steps=len(records), step_ms=stats.mean_step_ms,
+                 samples_per_s=stats.samples_per_s, data_wait_ms=stats.mean_data_wait_ms,
+                 peak_mem_bytes=_peak(records), loss=losses[-1] if losses else None)
+
+
+def steady_stats(records: list, warmup: int) -> Any:
+    """The step statistics of a trial past its own warm-up (``warmup`` steps, sized from the
+    reference run's step time), from :mod:`gpudoctor.analysis.steps`: the one definition of the
+    steady steps and of throughput (samples over their total time) that ``run`` uses too."""
+    from gpudoctor.analysis.steps import rank_step_stats
+    from gpudoctor.analysis.thresholds import Thresholds
+
+    th = dataclasses.replace(Thresholds(), warmup_steps=warmup, warmup_frac=0.0, min_steps=2)
+    stats = rank_step_stats(records, th)
+    assert stats is not None  # records is not empty
+    return stats
+
+
+def _peak(records: list) -> int | None:
+    """The largest allocator peak of any step, warm-up included (the trial's memory need)."""
+    return max((r.mem.peak_allocated_bytes for r in records if r.mem is not None), default=None)
 
 
 class _Session:

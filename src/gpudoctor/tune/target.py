@@ -28,17 +28,13 @@ import importlib
 import importlib.util
 import json
 import sys
+import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.train.config import TrainConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -43,11 +43,11 @@ def write_window() -> None:
         window.stop(last_step=S.step - 1)
     trace = S.run_dir / f"trace-rank{S.rank}.json" if S.keep_trace else None
     summary = window.summarize(trace_path=trace)
-    note = S.info.get("window_note")
-    if S.info.get("trace_dir") and window.profiler is not None:  # --trace-dir
+    note = S.seen.window_note
+    if S.seen.trace_dir and window.profiler is not None:  # --trace-dir
         from gpudoctor.collectors.trace_export import export_trace_dir
 
-        written = export_trace_dir(window.profiler, Path(S.info["trace_dir"]), S.rank)
+        written = export_trace_dir(window.profiler, Path(S.seen.trace_dir), S.rank)
         note = "; ".join(n for n in (note, "" if isinstance(written, Path) else written) if n)
     if summary is not None and note:
         import dataclasses
@@ -72,6 +72,7 @@ def write_config() -> None:
         print(f"gpudoctor: could not read the training configuration: {exc}", file=sys.stderr)
         return
     write_json(S.run_dir / config_file(S.rank), config, kind=KIND_CONFIG)
+    S.config = config
 
 
 def finish(reason: str) -> None:
@@ -81,7 +82,7 @@ def finish(reason: str) -> None:
     S.finished = True
     S.quiet = True
     try:
-        if S.step == 0 and not S.info.get("first_step_done"):
+        if S.step == 0 and not S.seen.first_step_done:
             write_window()
             return
         try:

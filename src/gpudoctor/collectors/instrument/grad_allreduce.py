@@ -6,7 +6,7 @@ parameters after it, ``dist.all_reduce(p.grad); p.grad /= world_size``: the same
 network a second time and, when the loop divides by the world size once more, the gradient is
 scaled down. The wrapper of ``torch.distributed.all_reduce`` counts calls made outside
 ``backward()`` (DDP's own communication hooks run inside it, on its buckets) on a tensor that is
-the ``.grad`` of a parameter of a DDP model, and the bytes they carry: ``S.info["manual_grad_allreduce"]``
+the ``.grad`` of a parameter of a DDP model, and the bytes they carry: ``S.seen.manual_grad_allreduce``
 as ``[calls, bytes, first step]``. Costs a set lookup per call, the set rebuilt once per backward.
 """
 
@@ -43,13 +43,13 @@ def _in_backward(torch: Any) -> bool:
 
 def note(torch: Any, tensor: Any) -> None:
     """Count ``tensor`` if it is a DDP model's parameter gradient reduced outside backward."""
-    ddp = S.info.get("ddp")
+    ddp = S.seen.ddp
     if ddp is None or S.quiet or not isinstance(tensor, torch.Tensor) or _in_backward(torch):
         return
     if (tensor.data_ptr(), tuple(tensor.shape)) not in _grad_keys(ddp):
         return
-    calls, nbytes, first = S.info.get("manual_grad_allreduce", (0, 0, S.step))
-    S.info["manual_grad_allreduce"] = (calls + 1, nbytes + tensor.numel() * tensor.element_size(), first)
+    calls, nbytes, first = S.seen.manual_grad_allreduce or (0, 0, S.step)
+    S.seen.manual_grad_allreduce = (calls + 1, nbytes + tensor.numel() * tensor.element_size(), first)
 
 
 def install(torch: Any) -> None:

@@ -223,7 +223,7 @@ def _to_channels_last(value: Any) -> Any:
 
 def _compile(torch: Any, model: Any) -> None:
     name = type(model).__name__
-    if S.info.get("compiled") or name == "OptimizedModule":
+    if S.seen.compiled or name == "OptimizedModule":
         note("compile: not applied: the script already calls torch.compile")
         return
     if isinstance(model.__dict__.get("forward"), types.MethodType):
@@ -242,9 +242,9 @@ def _setup_autocast(torch: Any, knob: str, opt: Any) -> None:
     if device == "cuda" and knob == "bf16" and not torch.cuda.is_bf16_supported():
         note("bf16: not applied: this GPU has no bfloat16 support; try fp16")
         return
-    if S.info.get("autocast"):
+    if S.seen.autocast:
         note(f"{knob}: not applied: the script already uses autocast "
-             f"({', '.join(sorted(S.info['autocast']))})")
+             f"({', '.join(sorted(S.seen.autocast))})")
         return
     if knob == "fp16" and S.scaler_seen:
         note("fp16: not applied: the script already has its own GradScaler")

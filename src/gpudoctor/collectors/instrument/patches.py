@@ -15,6 +15,7 @@ loss scaling, not a mistake in the script.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from gpudoctor.collectors.instrument import grad_allreduce, grad_norm, probes
@@ -215,13 +216,13 @@ def _patch_loader(torch: Any) -> None:
         try:
             return_value = orig_next(self)
         finally:
-            if S.step == 0 and S.data_wait_s == 0.0 and not S.info.get("fetched"):
-                S.info["fetched"] = True
+            if S.step == 0 and S.data_wait_s == 0.0 and not S.seen.fetched:
+                S.seen.fetched = True
                 S.t_last = t0  # step 0 starts with its first batch, not at import
             S.data_wait_s += _perf() - t0
-        counts = S.loader_configs.get(getattr(self, "_gpudoctor_loader", None))
+        counts = getattr(self, "_gpudoctor_counts", None)
         if counts is not None:
-            counts["batches"] = counts.get("batches", 0) + 1  # which loader the loop iterates
+            counts.batches += 1  # which loader the loop iterates
         if not S.quiet:
             samples, tokens = _batch_size(return_value, torch)
             if samples is not None:
@@ -237,10 +238,14 @@ def _patch_loader(torch: Any) -> None:
     def __iter__(self):
         it = orig_iter(self)
         if probes.is_owner():
-            S.loaders.add(self)
-            S.loader_configs.setdefault(id(self), {"epochs": 0})["epochs"] += 1
-            try:
-                it._gpudoctor_loader = id(self)
+            try:  # held weakly: the probes must not keep the user's loader alive
+                S.loaders.add(self)
+                counts = S.loader_counts_of(self)
+            except TypeError:  # a DataLoader subclass that is not hashable: not counted
+                return it
+            counts.epochs += 1
+            try:  # the iterator carries the plain counters, not the loader
+                it._gpudoctor_counts = counts
             except AttributeError:  # an iterator type that takes no attributes: not counted
                 pass
         return it
@@ -290,7 +295,7 @@ def _patch_amp(torch: Any) -> None:
         if getattr(self, "_enabled", False):
             dtype = getattr(self, "fast_dtype", None)
             if dtype is not None:
-                S.info.setdefault("autocast", set()).add(str(dtype).removeprefix("torch."))
+                S.seen.autocast.add(str(dtype).removeprefix("torch."))
         return orig_enter(self)
 
     ac.__enter__ = __enter__
@@ -306,7 +311,7 @@ def _patch_amp(torch: Any) -> None:
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         if self.is_enabled():
-            S.info["grad_scaler"] = True
+            S.seen.grad_scaler = True
             S.scaler_seen = True
 
     def scale(self, outputs):
@@ -349,7 +354,7 @@ def _patch_misc(torch: Any) -> None:
     orig_compile = torch.compile
 
     def compile(*args, **kwargs):  # noqa: A001 - mirrors torch.compile
-        S.info["compiled"] = True
+        S.seen.compiled = True
         return orig_compile(*args, **kwargs)
 
     compile.__doc__ = orig_compile.__doc__
@@ -363,10 +368,10 @@ def _patch_misc(torch: Any) -> None:
 
     def ddp_init(self, *args, **kwargs):
         orig_ddp_init(self, *args, **kwargs)
-        S.info["ddp"] = self
+        S.seen.ddp_ref = weakref.ref(self)
 
     def register_comm_hook(self, state, hook):
-        S.info["comm_hook"] = getattr(hook, "__name__", type(hook).__name__)
+        S.seen.comm_hook = getattr(hook, "__name__", type(hook).__name__)
         return orig_hook(self, state, hook)
 
     DDP.__init__ = ddp_init
@@ -378,6 +383,6 @@ def _patch_misc(torch: Any) -> None:
 
     def dp_init(self, *args, **kwargs):
         orig_dp_init(self, *args, **kwargs)
-        S.info["dp"] = self
+        S.seen.dp_ref = weakref.ref(self)
 
     DataParallel.__init__ = dp_init

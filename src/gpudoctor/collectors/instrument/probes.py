@@ -29,7 +29,6 @@ import atexit
 import os
 import sys
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +73,7 @@ def install() -> None:
         S.window = (first, last)
     S.keep_trace = os.environ.get(ENV_KEEP_TRACE) == "1"
     if os.environ.get(ENV_TRACE_DIR):
-        S.info["trace_dir"] = os.environ[ENV_TRACE_DIR]
+        S.seen.trace_dir = os.environ[ENV_TRACE_DIR]
     S.t_origin = S.t_last = time.perf_counter()
 
     from gpudoctor.collectors import knobs
@@ -103,7 +102,7 @@ def install() -> None:
         memory_probe.install(memory_stages)
     optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook)
     if S.window is not None:
-        S.info["prewarm_handle"] = optim_mod.register_optimizer_step_pre_hook(_prewarm_pre_hook)
+        S.seen.prewarm_handle = optim_mod.register_optimizer_step_pre_hook(_prewarm_pre_hook)
     from gpudoctor.collectors.instrument import ending
 
     atexit.register(ending.finish, "exit")
@@ -125,9 +124,9 @@ def _prewarm_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
 
     The hook is removed at the step boundary, not here: torch is iterating the hook dict now.
     """
-    if S.info.get("prewarmed") or not is_owner() or S.step > 0:
+    if S.seen.prewarmed or not is_owner() or S.step > 0:
         return
-    S.info["prewarmed"] = True
+    S.seen.prewarmed = True
     from gpudoctor.collectors import profiler_window
 
     was_quiet, S.quiet = S.quiet, True
@@ -136,17 +135,14 @@ def _prewarm_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     finally:
         S.quiet = was_quiet
     if note:
-        S.info["window_note"] = note
+        S.seen.window_note = note
 
 
 def _is_primary(optimizer: Any) -> bool:
     """Step boundaries follow one optimizer: the first one seen stepping (or skipping)."""
     if not is_owner() or S.finished:
         return False
-    if S.primary is None:
-        S.primary = weakref.ref(optimizer)
-        S.info["optimizer"] = optimizer
-    return S.primary() is optimizer
+    return S.set_primary(optimizer)
 
 
 def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -255,11 +251,12 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
         S.step = step + 1
         S.reset_step()
         _window_boundary(step)
-        handle = S.info.pop("prewarm_handle", None) if S.info.get("prewarmed") else None
+        handle = S.seen.prewarm_handle if S.seen.prewarmed else None
         if handle is not None:
+            S.seen.prewarm_handle = None
             handle.remove()  # safe here: the post hooks are being iterated, not the pre hooks
         if step == 0:
-            S.info["first_step_done"] = True
+            S.seen.first_step_done = True
             from gpudoctor.collectors.instrument.ending import write_config
 
             write_config()

@@ -1,18 +1,47 @@
 """Build :class:`~gpudoctor.records.run.RankConfig` from what the probes saw in-process.
 
 All reads are host-side flags and tensor metadata (device, dtype, numel): no device sync.
+The probes hold the user's optimizer, DDP module and loaders weakly
+(:mod:`~gpudoctor.collectors.instrument.state`): what is gone by the time the config is written
+again at the end is taken from the config written after the first step (``state.config``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 from gpudoctor.records.run import DdpConfig, LoaderConfig, RankConfig
 
 
+# the fields read from the optimizer's parameters, and from the DDP/DataParallel module
+_OPTIMIZER_FIELDS = ("device", "cuda_device_index", "channels_last", "param_count", "param_dtypes",
+                     "optimizer", "optimizer_fused", "optimizer_foreach", "device_name",
+                     "gpu_total_memory_bytes", "cuda_device_uuid", "knob_notes")
+
+
 def capture(state: Any) -> RankConfig:
-    """Read the current training setup of this process."""
+    """Read the current training setup of this process; for the user objects garbage-collected
+    since the last written config (``state.config``), that config's fields."""
+    config = _read(state)
+    before = state.config
+    if before is None:
+        return config
+    keep: dict[str, Any] = {}
+    if state.seen.optimizer is None and before.param_count is not None:
+        keep.update({name: getattr(before, name) for name in _OPTIMIZER_FIELDS})
+    if config.ddp is None and before.ddp is not None:
+        keep["ddp"] = before.ddp
+    alive = {(lo.dataset, lo.batch_size, lo.sampler) for lo in config.loaders}
+    gone = tuple(lo for lo in before.loaders if (lo.dataset, lo.batch_size, lo.sampler) not in alive)
+    if gone:
+        keep["loaders"] = config.loaders + gone
+    return dataclasses.replace(config, **keep) if keep else config
+
+
+def _read(state: Any) -> RankConfig:
+    """The training setup from the objects the probes can still reach."""
     import torch
 
     from gpudoctor.core.dist import dist_env
@@ -26,10 +55,10 @@ def capture(state: Any) -> RankConfig:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         backend = str(torch.distributed.get_backend())
-        state.info["dist"] = (rank, world, backend)
-    elif "dist" in state.info:  # written again at the end, after destroy_process_group
-        rank, world, backend = state.info["dist"]
-    optimizer = state.info.get("optimizer")
+        state.seen.dist = (rank, world, backend)
+    elif state.seen.dist is not None:  # written again at the end, after destroy_process_group
+        rank, world, backend = state.seen.dist
+    optimizer = state.seen.optimizer
     params = _params(optimizer)
     device = params[0].device if params else torch.device("cpu")
     cuda_index = device.index if device.type == "cuda" else None
@@ -42,7 +71,7 @@ def capture(state: Any) -> RankConfig:
         uuid = getattr(props, "uuid", None)
         if uuid is not None:
             fields["cuda_device_uuid"] = str(uuid)
-    ddp, kind = state.info.get("ddp"), _sharding(params)
+    ddp, kind = state.seen.ddp, _sharding(params)
     return RankConfig(
         rank=rank,
         local_rank=local_rank,
@@ -58,9 +87,9 @@ def capture(state: Any) -> RankConfig:
         tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
         tf32_cudnn=bool(torch.backends.cudnn.allow_tf32),
         float32_matmul_precision=torch.get_float32_matmul_precision(),
-        autocast_dtypes=tuple(sorted(state.info.get("autocast", ()))),
-        grad_scaler=bool(state.info.get("grad_scaler", False)),
-        compiled=bool(state.info.get("compiled", False)),
+        autocast_dtypes=tuple(sorted(state.seen.autocast)),
+        grad_scaler=state.seen.grad_scaler,
+        compiled=state.seen.compiled,
         channels_last=_channels_last(params, torch),
         ddp=_ddp_config(ddp, state) if ddp is not None else (DdpConfig(kind=kind) if kind else _dp_config(state)),
         param_count=sum(int(p.numel()) for p in params) if params else None,
@@ -144,19 +173,19 @@ def _ddp_config(ddp: Any, state: Any) -> DdpConfig:
         find_unused_parameters=getattr(ddp, "find_unused_parameters", None),
         gradient_as_bucket_view=getattr(ddp, "gradient_as_bucket_view", None),
         static_graph=getattr(ddp, "static_graph", None),
-        comm_hook=state.info.get("comm_hook", ""),
+        comm_hook=state.seen.comm_hook,
         **_manual_allreduce(state),
     )
 
 
 def _manual_allreduce(state: Any) -> dict[str, Any]:
-    calls, nbytes, first = state.info.get("manual_grad_allreduce", (0, 0, None))
+    calls, nbytes, first = state.seen.manual_grad_allreduce or (0, 0, None)
     return {"manual_grad_allreduces": calls, "manual_grad_allreduce_bytes": nbytes,
             "manual_grad_allreduce_first_step": first}
 
 
 def _dp_config(state: Any) -> DdpConfig | None:
-    dp = state.info.get("dp")
+    dp = state.seen.dp
     if dp is None:
         return None
     return DdpConfig(kind="dp", device_ids=tuple(int(i) for i in (getattr(dp, "device_ids", None) or ())))
@@ -175,6 +204,7 @@ def _loader_config(loader: Any, state: Any) -> LoaderConfig:
     except Exception:  # noqa: BLE001 - iterable datasets have no length
         length = None
     workers = int(loader.num_workers)
+    counts = state.loader_counts.get(loader)
     return LoaderConfig(
         num_workers=workers,
         pin_memory=bool(loader.pin_memory),
@@ -186,7 +216,7 @@ def _loader_config(loader: Any, state: Any) -> LoaderConfig:
         dataset=type(loader.dataset).__name__,
         dataset_len=length,
         set_epoch_called=bool(getattr(sampler, "_gpudoctor_set_epoch", False)) if is_dist else None,
-        epochs_started=state.loader_configs.get(id(loader), {}).get("epochs", 0),
-        batches=state.loader_configs.get(id(loader), {}).get("batches", 0),
+        epochs_started=counts.epochs if counts is not None else 0,
+        batches=counts.batches if counts is not None else 0,
         pin_memory_device=str(getattr(loader, "pin_memory_device", "") or ""),
     )

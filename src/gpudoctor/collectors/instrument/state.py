@@ -1,10 +1,24 @@
-"""The per-process state the probes share: one :data:`S`."""
+"""The per-process state the probes share: one :data:`S`, a typed :class:`State`.
+
+The probes see the user's objects (the optimizer that defines steps, the DDP or DataParallel
+module, the DataLoaders) and hold every one of them **weakly**: probing a script must not keep
+its optimizer, its model or its loaders alive after the script let go of them (a training loop
+that rebuilds its optimizer, a test that checks memory is freed). What the probes learnt about
+those objects outlives them as plain data: the rank config written after the first step
+(:attr:`State.config`), which the config written at the end falls back on for an object that is
+gone by then (``main()`` returned before ``atexit``).
+
+Short-lived strong references stay, each cleared within the step that made it: the last loss
+and gradient-norm tensors (until the boundary hands them to the lazy reader), the GradScaler
+inside whose ``step()`` a fused optimizer steps.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 import weakref
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,55 +26,122 @@ from gpudoctor.collectors.instrument.lazy import LazyValues
 
 if TYPE_CHECKING:
     from gpudoctor.collectors.instrument.stepfile import StepFile
+    from gpudoctor.collectors.profiler_window import Window
+    from gpudoctor.core.timing import CudaEventTimer
+    from gpudoctor.records.run import RankConfig
 
 MAX_LAG_STEPS = 16  # a step whose lazy values are still missing after this many steps is written without them
 
 
+def _deref(ref: weakref.ReferenceType[Any] | None) -> Any:
+    return ref() if ref is not None else None
+
+
+@dataclass(eq=False)
+class LoaderCounts:
+    """What the probes count for one DataLoader: epochs started (``iter()`` calls), batches."""
+
+    epochs: int = 0
+    batches: int = 0
+
+
+@dataclass(eq=False)
+class Seen:
+    """What the patches saw of the training setup (read by :mod:`.rankconfig`); user objects
+    only through weak references."""
+
+    optimizer_ref: weakref.ReferenceType[Any] | None = None  # the primary optimizer
+    ddp_ref: weakref.ReferenceType[Any] | None = None  # the last DistributedDataParallel built
+    dp_ref: weakref.ReferenceType[Any] | None = None  # the last torch.nn.DataParallel built
+    comm_hook: str = ""  # DDP communication hook's name
+    autocast: set[str] = field(default_factory=set)  # dtypes autocast was entered with
+    grad_scaler: bool = False
+    compiled: bool = False  # torch.compile was called
+    dist: tuple[int, int, str] | None = None  # (rank, world, backend) while a process group existed
+    fetched: bool = False  # the first batch was fetched (step 0 starts there)
+    prewarmed: bool = False  # the profiler was initialised inside the first optimizer step
+    prewarm_handle: Any = None  # our optimizer pre-hook's RemovableHandle (ours, not the user's)
+    first_step_done: bool = False
+    window_note: str = ""  # a note for the profiler window's summary
+    trace_dir: str = ""  # --trace-dir: where the window's trace goes, TensorBoard's layout
+    # manual dist.all_reduce calls on a DDP model's gradients: (calls, bytes, first step)
+    manual_grad_allreduce: tuple[int, int, int] | None = None
+
+    @property
+    def optimizer(self) -> Any:
+        """The primary optimizer, or ``None`` when none stepped yet or it was garbage-collected."""
+        return _deref(self.optimizer_ref)
+
+    @property
+    def ddp(self) -> Any:
+        return _deref(self.ddp_ref)
+
+    @property
+    def dp(self) -> Any:
+        return _deref(self.dp_ref)
+
+
+@dataclass(eq=False)
 class State:
     """Mutable per-process probe state (one instance, :data:`S`)."""
 
-    def __init__(self) -> None:
-        self.installed = False
-        self.quiet = False  # our own tensor calls must not count as the user's
-        self.owner_pid = os.getpid()
-        self.run_dir: Path | None = None
-        self.rank = 0
-        self.steps_limit: int | None = None
-        self.window: tuple[int, int] | None = None
-        self.keep_trace = False
-        self.step = 0  # optimizer steps completed
-        self.t_origin = time.perf_counter()
+    installed: bool = False
+    quiet: bool = False  # our own tensor calls must not count as the user's
+    owner_pid: int = field(default_factory=os.getpid)
+    run_dir: Path | None = None
+    rank: int = 0
+    steps_limit: int | None = None
+    window: tuple[int, int] | None = None
+    keep_trace: bool = False
+    step: int = 0  # optimizer steps completed
+    t_origin: float = field(default_factory=time.perf_counter)
+    t_last: float = 0.0  # set to t_origin in __post_init__
+    primary: weakref.ReferenceType[Any] | None = None  # the optimizer that defines steps
+    hook_fired: bool = False
+    last_scaled: tuple[int, Any] | None = None  # (id(scaled loss), unscaled loss)
+    last_loss: Any = None  # this step's loss tensor, until the boundary
+    last_grad_norm: Any = None  # clip_grad_norm_'s returned tensor, this step
+    scaler_seen: bool = False
+    scaler_fused: Any = None  # the GradScaler inside whose step() a fused optimizer steps
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)
+    waiting: dict[int, set[str]] = field(default_factory=dict)
+    written: set[int] = field(default_factory=set)  # pending steps already on disk as a provisional line
+    changed: set[int] = field(default_factory=set)  # of those, steps that got a late value since
+    writer: StepFile | None = None
+    timer: CudaEventTimer | None = None
+    span_start: Any = None  # the CUDA event that opened this step's GPU span
+    lazy: LazyValues = field(default_factory=LazyValues)
+    profiler: Window | None = None
+    loaders: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    loader_counts: weakref.WeakKeyDictionary[Any, LoaderCounts] = field(default_factory=weakref.WeakKeyDictionary)
+    seen: Seen = field(default_factory=Seen)
+    config: RankConfig | None = None  # the last rank config written (plain data)
+    finished: bool = False
+    compiled_frames: int = 0  # TorchDynamo's compiled-frame counter at the last boundary
+    # per-step counters (reset_step)
+    data_wait_s: float = 0.0
+    h2d_s: float = 0.0
+    h2d_bytes: int = 0
+    h2d_pageable: int = 0
+    h2d_copies: int = 0
+    h2d_blocking: int = 0
+    syncs: int = 0
+    sync_s: float = 0.0
+    samples: int | None = None
+    tokens: int | None = None
+    backwards: int = 0
+    empty_cache: int = 0
+
+    def __post_init__(self) -> None:
         self.t_last = self.t_origin
-        self.primary: Any = None  # weakref to the optimizer that defines steps
-        self.hook_fired = False
-        self.last_scaled: tuple[int, Any] | None = None  # (id(scaled loss), unscaled loss)
-        self.last_loss: Any = None
-        self.last_grad_norm: Any = None  # clip_grad_norm_'s returned tensor, this step
-        self.scaler_seen = False
-        self.scaler_fused: Any = None  # the GradScaler inside whose step() a fused optimizer steps
-        self.reset_step()
-        self.pending: dict[int, dict[str, Any]] = {}
-        self.waiting: dict[int, set[str]] = {}
-        self.written: set[int] = set()  # pending steps already on disk as a provisional line
-        self.changed: set[int] = set()  # of those, steps that got a late value since
-        self.writer: StepFile | None = None
-        self.timer: Any = None
-        self.span_start: Any = None
-        self.lazy = LazyValues()
-        self.profiler: Any = None
-        self.loaders: Any = weakref.WeakSet()
-        self.loader_configs: dict[int, Any] = {}
-        self.info: dict[str, Any] = {}  # config facts seen by the patches (autocast, ddp, ...)
-        self.finished = False
-        self.compiled_frames = 0  # TorchDynamo's compiled-frame counter at the last boundary
 
     def adopt(self) -> None:
         """In a forked training rank: this process's own state, keeping the installed settings
         (the patches and hooks came along with the fork)."""
-        keep = {k: getattr(self, k) for k in ("installed", "run_dir", "rank", "steps_limit", "window", "keep_trace")}
-        self.__init__()  # type: ignore[misc]
-        for name, value in keep.items():
-            setattr(self, name, value)
+        fresh = State(installed=self.installed, run_dir=self.run_dir, rank=self.rank,
+                      steps_limit=self.steps_limit, window=self.window, keep_trace=self.keep_trace)
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
     def reset_step(self) -> None:
         self.data_wait_s = 0.0
@@ -71,10 +152,25 @@ class State:
         self.h2d_blocking = 0
         self.syncs = 0
         self.sync_s = 0.0
-        self.samples: int | None = None
-        self.tokens: int | None = None
+        self.samples = None
+        self.tokens = None
         self.backwards = 0
         self.empty_cache = 0
+
+    def set_primary(self, optimizer: Any) -> bool:
+        """Whether ``optimizer`` defines the steps: the first one seen stepping, or a new one
+        once that one was garbage-collected (a script that rebuilds its optimizer)."""
+        if _deref(self.primary) is None:
+            self.primary = weakref.ref(optimizer)
+            self.seen.optimizer_ref = self.primary
+        return self.primary() is optimizer
+
+    def loader_counts_of(self, loader: Any) -> LoaderCounts:
+        """The counters of ``loader`` (created at its first ``iter()``)."""
+        counts = self.loader_counts.get(loader)
+        if counts is None:
+            counts = self.loader_counts[loader] = LoaderCounts()
+        return counts
 
 
 S = State()
@@ -83,3 +179,6 @@ S = State()
 def is_owner() -> bool:
     """True in the training process itself (not a forked DataLoader worker)."""
     return os.getpid() == S.owner_pid
+
+
+__all__ = ["MAX_LAG_STEPS", "LoaderCounts", "S", "Seen", "State", "is_owner"]
