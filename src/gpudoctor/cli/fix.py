@@ -107,14 +107,12 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
-def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool, repeat: bool,
-             json_output: bool = False) -> Any:
+def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool, repeat: bool) -> Any:
     """A ``run`` spec; repeats (and ``--no-profile``) run the probes alone, as ``--try``'s repeats."""
     from gpudoctor.cli.run import _spec
 
     extra = {"profile": False, "profile_window": None, "sample_gpu": False} if repeat or not profile else {}
-    return _spec(command, run_dir, **{"steps": steps, "profile": profile, "child_stdout_to_stderr": json_output,
-                                      **extra})
+    return _spec(command, run_dir, **{"steps": steps, "profile": profile, **extra})
 
 
 def patched_command(command: tuple[str, ...], patched: Path) -> tuple[str, ...]:

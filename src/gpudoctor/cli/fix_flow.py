@@ -54,8 +54,7 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     outdir.claim(base)
     steps_given, steps = steps is not None, steps if steps is not None else DEFAULT_STEPS
     _say(f"running {script} under the probes ({steps} steps) in {base / 'baseline'}")
-    b_out, b_run, findings = _one(run_spec(command, base / "baseline", steps, profile, repeat=False,
-                                           json_output=json_output), json_output)
+    b_out, b_run, findings = _one(run_spec(command, base / "baseline", steps, profile, repeat=False))
     if b_out.exit_code != 0 or not b_run.steps:
         if json_output:
             from gpudoctor.cli.output import emit_json
@@ -72,7 +71,7 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     try:
         outcomes, final, final_cmp, final_run = _measure_all(
             source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile,
-            json_output, steps_given)
+            steps_given)
     finally:
         restore(env)
     code = 1 if advice and final == source else 0
@@ -132,7 +131,7 @@ def _slow_start(kinds: list[str], steps: int, steps_given: bool) -> tuple[int, b
 
 
 def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats,
-                 measure, profile, json_output=False, steps_given=True):
+                 measure, profile, steps_given=True):
     from gpudoctor.fix.view import Outcome
 
     outcomes: list[Outcome] = []
@@ -146,7 +145,7 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
         folder = base / f"fix-{i}-{change.kind}"
         n, reuse = _slow_start([change.kind], steps, steps_given)
         comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run) if reuse else None, n, repeats,
-                                     profile, change.kind, json_output)
+                                     profile, change.kind)
         kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
         outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
     kept = [o.change for o in outcomes if o.kept]
@@ -159,7 +158,7 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
     elif len(measured) > 1:
         n, reuse = _slow_start([c.kind for c in kept], steps, steps_given)
         final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run) if reuse else None,
-                                            n, repeats, profile, "all kept changes", json_output)
+                                            n, repeats, profile, "all kept changes")
     return outcomes, final, final_cmp, final_run
 
 
@@ -170,8 +169,7 @@ def _first_try(comparison) -> Any:
     return load_run(Path(path)) if path else None
 
 
-def _measure_one(code, script, command, folder: Path, first, steps, repeats, profile, what: str,
-                 json_output: bool = False):
+def _measure_one(code, script, command, folder: Path, first, steps, repeats, profile, what: str):
     """Interleaved A/B of the patched copy in ``folder`` against the original (``first`` reused)."""
     from gpudoctor.cli.run import _one
     from gpudoctor.cli.try_runs import measure
@@ -184,11 +182,10 @@ def _measure_one(code, script, command, folder: Path, first, steps, repeats, pro
     runs: dict[str, Any] = {}
 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
-        return run_spec(patched if knobs == PATCHED else command, run_dir, steps, profile, repeat,
-                        json_output=json_output)
+        return run_spec(patched if knobs == PATCHED else command, run_dir, steps, profile, repeat)
 
     def run_one(spec: Any) -> tuple[Any, Any]:
-        outcome, data, _ = _one(spec, json_output)
+        outcome, data, _ = _one(spec)
         runs[str(spec.run_dir)] = data
         return outcome, data
 

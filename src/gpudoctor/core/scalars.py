@@ -25,6 +25,7 @@ from typing import Any
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.records.gpu import GpuSample
 from gpudoctor.records.step import StepRecord
+from gpudoctor.records.units import MIB
 
 COLUMNS = (
     "step",
@@ -40,7 +41,6 @@ COLUMNS = (
     "mem_peak_allocated_mib",
     "gpu_util_pct",
 )
-_MIB = 1024 * 1024
 TAG_PREFIX = "gpudoctor/"
 
 
@@ -61,9 +61,9 @@ def scalars_of(record: StepRecord, gpu_util_pct: float | None = None) -> dict[st
         "samples_per_s": record.samples / seconds if record.samples and seconds else None,
         "tokens_per_s": record.tokens / seconds if record.tokens and seconds else None,
         "loss": record.loss,
-        "mem_allocated_mib": mem.allocated_bytes / _MIB if mem is not None else None,
-        "mem_reserved_mib": mem.reserved_bytes / _MIB if mem is not None else None,
-        "mem_peak_allocated_mib": mem.peak_allocated_bytes / _MIB if mem is not None else None,
+        "mem_allocated_mib": mem.allocated_bytes / MIB if mem is not None else None,
+        "mem_reserved_mib": mem.reserved_bytes / MIB if mem is not None else None,
+        "mem_peak_allocated_mib": mem.peak_allocated_bytes / MIB if mem is not None else None,
         "gpu_util_pct": gpu_util_pct,
     }
 

@@ -13,9 +13,9 @@ checked at run time with :func:`gpudoctor.collectors.knobs.parse_knobs`: a name 
    stage (3) runs before the precision stage, and precision is compared with the loader it chose.
 2. Precision, with the loader as generous as this machine allows (so the GPU's own speed is
    compared, as the engine's trials do with the data on the GPU): the dtype (as written, bf16,
-   fp16 autocast), then each switch on top of the winner (tf32 while fp32, channels_last,
-   cudnn_benchmark, compile), every arm repeated and interleaved; a switch is kept when it beats
-   the winner beyond the noise.
+   fp16 autocast, bf16 with channels_last), then each switch on top of the winner (tf32 while
+   fp32, channels_last, cudnn_benchmark, compile), every arm repeated and interleaved; a switch
+   is kept when it beats the winner beyond the noise.
 3. The loader: as written against fewer and more workers (pinned, persistent), at the chosen
    precision; the cheapest that is not slower beyond the noise.
 4. The confirmation: the script as written against the chosen ``--try`` spec, interleaved over
@@ -330,15 +330,22 @@ def _precision(s: _Session, stage, skip, usable, chosen: dict, generous: str, co
             dtypes.append((name, name, {name: True}))
         else:
             skip(knob, name, why)
+    if usable("bf16") is None and usable("channels_last") is None:
+        # run's fp32 prescription for a conv net: bf16 in the NHWC layout its tensor-core kernels
+        # want (bf16 alone pays layout conversions around every convolution; pytorch/examples'
+        # imagenet resnet18 on an H200: bf16 1.04x, bf16 + channels_last 1.67x); a no-op elsewhere
+        dtypes.append(("bf16,channels_last", "bf16 +channels_last", {"bf16": True, "channels_last": True}))
     if not s.affordable(len(dtypes) * s.repeats, reserve_s=reserve):
         return KnobResult(knob=knob, trials=tuple(trials_of.get(knob, ())),
                           summary=f"cut by the budget: needs ~{len(dtypes) * s.repeats * s.run_s:.0f} s")
-    won, why, rows = stage(knob, [(_join(spec, generous), setting, p) for spec, setting, p in dtypes])
+    won, why, dtype_rows = stage(knob, [(_join(spec, generous), setting, p) for spec, setting, p in dtypes])
     current = dtypes[won or 0][0]
     label = dtypes[won or 0][1]
     notes.append(f"dtype {label}: {why}")
     switches = []
     for name in SWITCH_KNOBS:
+        if name in current.split(","):
+            continue  # measured with the dtype
         why_not = usable(name)
         if name == "tf32" and current:
             why_not = "tf32 only changes fp32 matmuls; the autocast dtype runs them in " + current
@@ -373,7 +380,7 @@ def _precision(s: _Session, stage, skip, usable, chosen: dict, generous: str, co
     chosen["precision"] = _join(current, *kept)
     summary = f"--try {chosen['precision']}" if chosen["precision"] else "the script's own precision"
     return KnobResult(knob=knob, trials=tuple(trials_of.get(knob, ())), summary=summary, notes=tuple(notes),
-                      winner=rows[won].setting if won is not None and not kept else None)
+                      winner=dtype_rows[won].setting if won is not None and not kept else None)
 
 
 def _loader(s: _Session, stage, chosen: dict, counts: tuple[int, ...], loader_spec, reserve: float,
