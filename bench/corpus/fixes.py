@@ -17,6 +17,9 @@ exactly once or the patch refuses (the script changed upstream: re-check the pat
   comparison is in samples/s).
 * ``compile``: launch-bound, second line: ``torch.compile(model)``.
 * ``nonblocking``: blocking or pageable copies: ``non_blocking=True`` (+ ``pin_memory``).
+* ``epochwork``: stalls at each epoch boundary from the script's own per-epoch work: image dumps
+  and checkpoints every 10 epochs instead of every epoch (the periodic-stall prescription's
+  first line).
 * ``persistent``: stalls at each epoch boundary with workers restarted each epoch:
   ``persistent_workers=True`` on the loader, nothing else (the periodic-stall prescription).
 
@@ -77,6 +80,9 @@ PATCHES: dict[str, dict[str, list[tuple[str, str, str]]]] = {
                     "\n        losses.update(loss.detach(), images.size(0))  # read when printed\n")],
     },
     "dcgan": {
+        "epochwork": [("dcgan/main.py", "        if i % 100 == 0:\n", "        if i % 100 == 0 and epoch % 10 == 0:\n"),
+                      ("dcgan/main.py", "    torch.save(netG.state_dict()", "    if epoch % 10 == 9: torch.save(netG.state_dict()"),
+                      ("dcgan/main.py", "    torch.save(netD.state_dict()", "    if epoch % 10 == 9: torch.save(netD.state_dict()")],
         "persistent": [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
                         "shuffle=True, num_workers=int(opt.workers), persistent_workers=True)")],
         "loader": [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
