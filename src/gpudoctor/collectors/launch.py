@@ -30,14 +30,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gpudoctor
-from gpudoctor.collectors import instrument, outdir, stacks
+from gpudoctor.collectors import instrument, outdir, rank_files, stacks
 from gpudoctor.collectors.knobs import Knob, child_env
 from gpudoctor.collectors.supervise import Supervisor, signal_group
 from gpudoctor.collectors.watch import ProgressReporter, RunProgress, Tee, echoes, start_samplers, stop_samplers
 from gpudoctor.errors import GpuDoctorUserError
-from gpudoctor.records.base import SchemaError, read_json, write_json
-from gpudoctor.records.rundir import KIND_CONFIG, KIND_MANIFEST, MANIFEST, STDOUT, read_steps
-from gpudoctor.records.run import RankConfig, RunManifest
+from gpudoctor.records.base import write_json
+from gpudoctor.records.rundir import KIND_MANIFEST, MANIFEST, STDOUT
+from gpudoctor.records.run import RunManifest
 
 DEFAULT_STEPS = 60
 WINDOW_STEPS = 5
@@ -224,48 +224,6 @@ def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> d
     return env
 
 
-def _steps_per_rank(run_dir: Path) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for path in sorted(run_dir.glob("steps-rank*.jsonl")):
-        rank = int(path.stem.removeprefix("steps-rank"))
-        try:
-            counts[rank] = len(read_steps(path))
-        except (SchemaError, OSError):
-            counts[rank] = 0
-    return counts
-
-
-def _ranks(run_dir: Path) -> list[int]:
-    ranks = set()
-    for path in run_dir.glob("*-rank*.json*"):
-        tail = path.name.split("-rank", 1)[1].split(".", 1)[0]
-        if tail.isdigit():
-            ranks.add(int(tail))
-    return sorted(ranks)
-
-
-def _configs(run_dir: Path) -> list[RankConfig]:
-    """The rank configs written so far (each rank writes its own at its first step)."""
-    out = []
-    for path in run_dir.glob("config-rank*.json"):
-        try:
-            out.append(read_json(path, RankConfig, kind=KIND_CONFIG))
-        except (SchemaError, OSError):
-            continue
-    return out
-
-
-def _pid_ranks(run_dir: Path) -> dict[int, int]:
-    """pid -> rank, from the rank configs."""
-    return {config.pid: config.rank for config in _configs(run_dir)}
-
-
-def _world_size(run_dir: Path, ranks: list[int]) -> int | None:
-    """The job's world size: the ranks' own (under torchrun --nnodes N this node records only
-    its ranks, a part of the world), else the ranks recorded here."""
-    return max([c.world_size for c in _configs(run_dir)] + [len(ranks)]) or None
-
-
 def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
                      echo: Callable[[bytes], None] | None = None,
                      on_progress: Callable[[RunProgress], None] | None = None) -> RunOutcome:
@@ -354,9 +312,9 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     rc = proc.returncode
-    counts = _steps_per_rank(run_dir)
-    stacks.settle(run_dir, _pid_ranks(run_dir))
-    ranks = _ranks(run_dir)
+    counts = rank_files.steps_per_rank(run_dir)
+    stacks.settle(run_dir, rank_files.pid_ranks(run_dir))
+    ranks = rank_files.ranks(run_dir)
     steps_done = max(counts.values(), default=0)
     report(RunProgress(stage="ended", steps=steps_done, total=spec.steps, window=window))
     status, error = _status(spec, rc, watch.stop_reason, steps_done, err_tail or out_tail)
@@ -387,7 +345,7 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
         status=status,
         error=error,
         ranks=tuple(ranks),
-        world_size=_world_size(run_dir, ranks),
+        world_size=rank_files.world_size(run_dir, ranks),
         notes=tuple(notes),
         steps_recorded=tuple(counts.get(r, 0) for r in ranks),
         idle_s=round(watch.idle_s, 1) if watch.idle_s is not None else None,
