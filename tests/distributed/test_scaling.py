@@ -1,4 +1,4 @@
-"""``bench/scaling.py --cpu --quick --world-sizes 1,2`` end to end: 2 gloo ranks on the CPU.
+"""``benchmarks/scaling.py --cpu --quick --world-sizes 1,2`` end to end: 2 gloo ranks on the CPU.
 
 Every part runs through its real launch path (torchrun for the collectives and the training,
 ``gpudoctor run`` for the straggler) and its figures land in the JSON.
@@ -24,7 +24,7 @@ def scaling(tmp_path_factory) -> tuple[dict, subprocess.CompletedProcess]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "scaling.py"), "--cpu", "--quick", "--world-sizes", "1,2",
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--cpu", "--quick", "--world-sizes", "1,2",
          "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=240, cwd=out.parent,
     )
@@ -36,7 +36,7 @@ def scaling(tmp_path_factory) -> tuple[dict, subprocess.CompletedProcess]:
 def test_the_run_records_its_command_and_devices(scaling) -> None:
     doc, proc = scaling
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a part did not pass (see its status)
-    assert doc["command"][1:] == [str(ROOT / "bench" / "scaling.py"), "--cpu", "--quick", "--world-sizes", "1,2",
+    assert doc["command"][1:] == [str(ROOT / "benchmarks" / "scaling.py"), "--cpu", "--quick", "--world-sizes", "1,2",
                                   "--out", doc["command"][-1]]
     assert doc["device_kind"] == "CPU core" and doc["visible_devices"] == os.cpu_count()
     assert doc["world_sizes"] == [1, 2] and doc["world_sizes_run"] == [1, 2] and doc["skipped"] == []

@@ -140,7 +140,7 @@ def host_active_ms(stats: RankStepStats, window: WindowSummary | None) -> float 
     in a sync, and the host's own work comes out too large (on an H200 the ``item_every_step``
     workload blocked 2.3 ms a step in the window; costed on that, its syncs were worth >= 5% of
     the step, and removing them by hand measured +30% and +46% throughput:
-    bench/results/gpu_truth/sync_ab.json). ``None`` when neither is known.
+    benchmarks/results/gpu_truth/sync_ab.json). ``None`` when neither is known.
     """
     if stats.mean_sync_ms is not None:
         blocked = stats.mean_sync_ms

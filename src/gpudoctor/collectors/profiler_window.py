@@ -75,7 +75,7 @@ def _count_flops() -> bool:
     """Whether the window counts matmul/conv FLOPs (for MFU): ``GPUDOCTOR_WINDOW_FLOPS=0`` skips it.
 
     Counting needs the ops' input shapes, which makes the profiler's stop slower (measured in
-    ``bench/run_overhead.py``'s ``instrumented_noflops`` arm).
+    ``benchmarks/run_overhead.py``'s ``instrumented_noflops`` arm).
     """
     return os.environ.get("GPUDOCTOR_WINDOW_FLOPS", "1").strip() not in ("0", "false", "no")
 

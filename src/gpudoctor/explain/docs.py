@@ -32,7 +32,7 @@ innermost frame); **1** a known failure matched at or above `--fail-on` (default
 entries are errors or warnings; `--fail-on never` always exits 0); **2** bad input (missing file,
 a directory, empty input, binary input); **130** interrupted.
 
-Speed (bench/results/lint_explain_speed.md): a 50 MB log whose lines hold `İ` (a character whose
+Speed (benchmarks/results/lint_explain_speed.md): a 50 MB log whose lines hold `İ` (a character whose
 lower case is two characters long) takes 3.2-3.8 s on this shared 2-core machine (it took 13.6 s
 before this change; 19.5 s in the issue's measurement); 50 MB of random bytes is refused in 0.6-0.8 s
 for the whole command, 0.1 ms of it the check, 37 MB RSS.

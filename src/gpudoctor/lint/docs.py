@@ -90,7 +90,7 @@ environment installs what the package declares; `language: python` with
 `additional_dependencies` cannot remove a declared dependency.
 
 Precision on public training code (9 repositories, every finding judged): see
-`bench/results/lint_precision.md`. `gpudoctor explain GD502` prints one rule's section.
+`benchmarks/results/lint_precision.md`. `gpudoctor explain GD502` prints one rule's section.
 
 ## Rules
 """

@@ -5,8 +5,8 @@ so each batch crosses the worker pipe, the pinned buffer and PCIe at 4 bytes per
 per-sample conversion runs in Python on the CPU. :func:`uint8_collate` stacks the images as they
 are (uint8, ``N x C x H x W``): a quarter of the bytes, one copy per image. After the H2D copy,
 :func:`normalize_on_device` does the conversion for the whole batch in two GPU kernels. The
-benchmark ``bench/collate_uint8.py`` compares it with the default collate on a CPU
-(``bench/results/collate_uint8-cpu.json``).
+benchmark ``benchmarks/collate_uint8.py`` compares it with the default collate on a CPU
+(``benchmarks/results/collate_uint8-cpu.json``).
 """
 
 from __future__ import annotations

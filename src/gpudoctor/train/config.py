@@ -115,7 +115,7 @@ class PerfConfig:
         channels_last: store 4-D activations and weights NHWC (convolution nets on tensor cores).
             ``None`` (the default) = on when training on a CUDA GPU a model that has a 2-D
             convolution, off otherwise; ``True``/``False`` force it. On an H200 ResNet-18 bf16 ran
-            at 23.8k img/s NCHW vs 38.8k NHWC (bench/results/peers-h200.json). Off under FSDP2
+            at 23.8k img/s NCHW vs 38.8k NHWC (benchmarks/results/peers-h200.json). Off under FSDP2
             (``fully_shard`` refuses NHWC weights); ``True`` with FSDP2 raises ``ValueError``.
         cudnn_benchmark: let cuDNN pick the fastest convolution algorithm per input shape.
         activation_checkpointing: class names of submodules to recompute in the backward pass

@@ -4,7 +4,7 @@ Grow then bisect (:func:`~gpudoctor.tune.search.grow_then_bisect`) on real train
 (forward, backward, optimizer step: the optimizer state exists only after the first step, and it
 is often what tips a batch over), then keep a safety margin. Near the limit every probe is
 expensive (cuDNN benchmarks each new shape: 13-15 s per probe for ResNet-18 at batches of 24k-31k
-on an H200, bench/results/tune-resnet18-h200.json of commit b5190a3), so once an OOM has bracketed
+on an H200, benchmarks/results/tune-resnet18-h200.json of commit b5190a3), so once an OOM has bracketed
 the boundary the bracket is narrowed around where the peak memory of the probes that fit says the
 limit is (memory grows linearly with the batch; :func:`~gpudoctor.tune.search.linear_limit`): two
 probes when the line is right, at worst about twice bisection's when it is far off. The

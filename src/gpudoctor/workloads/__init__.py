@@ -3,7 +3,7 @@
 Each module is a stand-alone script that imports only torch (it stands for a user's script) and
 runs as ``python -m gpudoctor.workloads.<name> [--size tiny|small|medium] [--steps N]`` on a GPU
 when one is available, else on the CPU. Data is synthetic and in memory. ``WORKLOADS`` says what
-each one plants, so tests and ``bench/run_verdicts.py`` know which finding must come first.
+each one plants, so tests and ``benchmarks/run_verdicts.py`` know which finding must come first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Public training scripts recorded on an H200, whose verdicts were checked by experiment.
 
-pytorch/examples @77f55b91 run unmodified under `gpudoctor run --steps 60` (bench/corpus), then
-the prescribed fix applied by hand to a copy and measured A B A B (bench/results/corpus): for
+pytorch/examples @77f55b91 run unmodified under `gpudoctor run --steps 60` (benchmarks/corpus), then
+the prescribed fix applied by hand to a copy and measured A B A B (benchmarks/results/corpus): for
 each of these five the data-loader fix was the confirmed one (+23% to +224% throughput). Today's
 analysis must still name it first, and not bury it under findings that do not hold there
 (DataParallel over one GPU, a warm-up read as a slow-down, syncs that only wait for data).

@@ -1,4 +1,4 @@
-"""The corpus harness (bench/corpus): patches, synthetic data, the A/B judgement, the tables.
+"""The corpus harness (benchmarks/corpus): patches, synthetic data, the A/B judgement, the tables.
 
 The patch test reads the public scripts from the fetched mirrors when this machine has them
 (they are never committed); elsewhere it is skipped.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-CORPUS = Path(__file__).resolve().parents[3] / "bench" / "corpus"
+CORPUS = Path(__file__).resolve().parents[3] / "benchmarks" / "corpus"
 sys.path.insert(0, str(CORPUS))
 
 import ab  # noqa: E402

@@ -1,4 +1,4 @@
-"""``bench/scaling.py`` without launching anything: efficiency, the goal, skips and the table."""
+"""``benchmarks/scaling.py`` without launching anything: efficiency, the goal, skips and the table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "scaling.py"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "scaling.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The CPU-side monitor benchmark (bench/monitor_overhead_cpu.py) runs and counts NVML calls."""
+"""The CPU-side monitor benchmark (benchmarks/monitor_overhead_cpu.py) runs and counts NVML calls."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpudoctor.collectors.nvml import GpuSampler
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "monitor_overhead_cpu.py"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "monitor_overhead_cpu.py"
 
 
 def _bench():

@@ -1,4 +1,4 @@
-"""The statistics of ``bench/run_overhead.py``: per-arm layouts, same-step comparisons, spread."""
+"""The statistics of ``benchmarks/run_overhead.py``: per-arm layouts, same-step comparisons, spread."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "run_overhead.py"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "run_overhead.py"
 
 
 @pytest.fixture(scope="module")

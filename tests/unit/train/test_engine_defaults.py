@@ -1,6 +1,6 @@
 """The engine's defaults and its optimizer-factory contract (issue 5's first H200 run found both wrong).
 
-* ``gpudoctor_compiled`` crashed because ``bench/peers.py`` passed a ``model -> optimizer`` function
+* ``gpudoctor_compiled`` crashed because ``benchmarks/peers.py`` passed a ``model -> optimizer`` function
   where ``Trainer`` documents (and calls) ``params -> optimizer``.
 * ``resnet/gpudoctor_defaults`` ran at 0.61x the hand-tuned loop: the defaults left channels-last off
   for a convolution net on the GPU. ``perf.channels_last`` now defaults to auto.

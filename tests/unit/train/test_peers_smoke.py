@@ -1,4 +1,4 @@
-"""``bench/peers.py --smoke`` on the CPU: every configuration the H200 re-run needs runs end to end.
+"""``benchmarks/peers.py --smoke`` on the CPU: every configuration the H200 re-run needs runs end to end.
 
 The first H200 run crashed in ``gpt*/gpudoctor_compiled`` (a ``model -> optimizer`` factory handed to
 the engine's ``params -> optimizer`` contract); this would have caught it before the GPU job.
@@ -19,7 +19,7 @@ RERUN = ("resnet/plain,resnet/gpudoctor_defaults,resnet/gpudoctor_gpu_loader,gpt
 
 def _peers(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "peers.py"), "--smoke", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--smoke", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
 
 

@@ -1,5 +1,5 @@
 """``tune()`` under torchrun leaves a process group it did not create: a script that tunes and then
-keeps training (or measuring, as bench/tune_ddp.py does) must not lose its group."""
+keeps training (or measuring, as benchmarks/tune_ddp.py does) must not lose its group."""
 
 from __future__ import annotations
 

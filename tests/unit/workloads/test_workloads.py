@@ -1,5 +1,5 @@
 """The example workloads: registry consistency, stand-alone scripts (torch only), and one tiny
-CPU run end to end (the others run on the GPU job and in bench/run_verdicts.py)."""
+CPU run end to end (the others run on the GPU job and in benchmarks/run_verdicts.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 #   h200-samples.jsonl, h200-samples.host.jsonl  -> tests/fixtures/monitor/
 #   monitor-once.txt, monitor-once.json, monitor-stream.jsonl, monitor-view.txt,
 #   monitor-log.csv (+ monitor-log.host.csv)      -> docs/examples/
-#   monitor_overhead.json (table: monitor_overhead.txt) -> bench/results/
+#   monitor_overhead.json (table: monitor_overhead.txt) -> benchmarks/results/
 #   pytest-gpu.txt, nvidia-smi.txt, job.log       (evidence; not committed)
 set -uo pipefail
 PY=${PYTHON:-python3}
@@ -46,9 +46,9 @@ step live-view bash -c "COLUMNS=120 $PY -m gpudoctor monitor --duration 3 --inte
 kill "$LOOP" 2>/dev/null; wait "$LOOP" 2>/dev/null
 
 # Written in the tree first so the JSON records the command exactly as it is to be re-run.
-step bench bash -c "$PY bench/monitor_overhead.py --out bench/results/monitor_overhead.json \
+step bench bash -c "$PY benchmarks/monitor_overhead.py --out benchmarks/results/monitor_overhead.json \
   | tee '$OUT/monitor_overhead.txt'; rc=\${PIPESTATUS[0]}; \
-  cp bench/results/monitor_overhead.json '$OUT/' 2>/dev/null; exit \$rc"
+  cp benchmarks/results/monitor_overhead.json '$OUT/' 2>/dev/null; exit \$rc"
 step pytest-gpu bash -c "$PY -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_monitor_gpu.py > '$OUT/pytest-gpu.txt' 2>&1"
 
 echo "--- view while recording"; cat "$OUT/monitor-record-view.txt"

@@ -6,8 +6,8 @@
 # Outputs under $JOB_OUT, and where to commit them:
 #   fixtures/<workload>/            -> tests/fixtures/runs/<workload>/  (small records, no traces);
 #                                      a torchrun workload recorded with 2 GPUs -> <workload>-2gpu/
-#   run_verdicts.json, run_verdicts.txt  -> bench/results/
-#   try_basic_user.txt              -> bench/results/
+#   run_verdicts.json, run_verdicts.txt  -> benchmarks/results/
+#   try_basic_user.txt              -> benchmarks/results/
 #   runs/, *.console.txt, job.log   (evidence; not committed: runs/ may hold traces)
 set -uo pipefail
 PY=${PYTHON:-python3}
@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../step.sh"
 nvidia-smi -L > "$OUT/nvidia-smi.txt" 2>&1
 
 # 1. every workload under `gpudoctor run --steps 60`, timed; the table and JSON summarise the bars
-step verdicts "$PY" bench/run_verdicts.py --out "$OUT" --size small --steps 60 --timeout 90 \
+step verdicts "$PY" benchmarks/run_verdicts.py --out "$OUT" --size small --steps 60 --timeout 90 \
   --pack "$OUT/fixtures"
 
 # 2. --try with the data-loader knobs on the data-loader-bound workload: before/after

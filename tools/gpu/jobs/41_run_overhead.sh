@@ -6,11 +6,11 @@
 # --steps 60 layout, window on the last five steps: the bars), full_layout (--full, window 10-14)
 # and probes-only (--no-profile). ROUNDS=3 trims it by ~65 s (fewer rounds: a wider spread).
 # Writes to $JOB_OUT:
-#   run_overhead.json   the figures, every run, the exact command  -> commit as bench/results/run_overhead.json
+#   run_overhead.json   the figures, every run, the exact command  -> commit as benchmarks/results/run_overhead.json
 #   run_overhead.txt    the verdict, the spread lines and each run's figures
 #   probe_hot_path.txt  host-side us per patched call, per step boundary, per CUDA call of a step
 #                       (memory_stats, event record, lazy loss read, is_pinned) -> commit as
-#                       bench/results/probe_hot_path-h200.txt
+#                       benchmarks/results/probe_hot_path-h200.txt
 #   pytest-run-gpu.txt  tests/gpu/test_run_gpu.py (device figures, pageable/sync/NaN/GradScaler, --try)
 #   timings.txt         wall time and rc of each step
 set -u
@@ -29,8 +29,8 @@ step() {  # step NAME OUTFILE CMD...: run CMD with stdout+stderr to OUTFILE, rec
   printf '%-10s rc=%-3s %4d s  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$timings"
 }
 
-step hotpath "$JOB_OUT/probe_hot_path.txt" python3 bench/probe_hot_path.py
-step overhead "$JOB_OUT/run_overhead.txt" python3 bench/run_overhead.py --rounds "${ROUNDS:-4}" --out "$JOB_OUT/run_overhead.json"
+step hotpath "$JOB_OUT/probe_hot_path.txt" python3 benchmarks/probe_hot_path.py
+step overhead "$JOB_OUT/run_overhead.txt" python3 benchmarks/run_overhead.py --rounds "${ROUNDS:-4}" --out "$JOB_OUT/run_overhead.json"
 if python3 -c "import pytest" 2>/dev/null; then
   step tests "$JOB_OUT/pytest-run-gpu.txt" python3 -m pytest -m gpu tests/gpu/test_run_gpu.py -q -p no:cacheprovider
 else

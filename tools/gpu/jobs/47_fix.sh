@@ -8,7 +8,7 @@
 #     knobs of each one's top finding. Bar: the fix's gain >= the --try gain minus its noise; clean
 #     gets no patch. Budget: 560 s (FIX_BUDGET_S, FIX_ONLY as below).
 #   FIX_PART=corpus: `gpudoctor fix --write` on each corpus script with a WARN verdict
-#     (bench/results/corpus/corpus-verdicts.json), from a fresh copy; every change measured on its
+#     (benchmarks/results/corpus/corpus-verdicts.json), from a fresh copy; every change measured on its
 #     own against the original. Bar: faster by at least the hand fix's A/B gain minus its noise
 #     (corpus-ab-*.json). Budget: 560 s; fix_corpus.py starts no script past FIX_BUDGET_S (default
 #     420 s) and lists what it left ("not run"): run those with FIX_ONLY=name,name. Carry .corpus.
@@ -16,7 +16,7 @@
 # dependencies for the device's python (pip download libcst pyyaml typing_inspect mypy_extensions
 # typing_extensions --only-binary=:all: --python-version 3.X -d .whl); they go to /tmp/site.
 # Outputs under $JOB_OUT, and where to commit them:
-#   fix-bars.json, fix-bars.md  -> bench/results/fix/<part>.{json,md} (corpus-2.* for a second call)
+#   fix-bars.json, fix-bars.md  -> benchmarks/results/fix/<part>.{json,md} (corpus-2.* for a second call)
 #   logs-fix/ (every fix's JSON and console; evidence)
 set -uo pipefail
 PY=${PYTHON:-python3}
@@ -32,14 +32,14 @@ if ! "$PY" -c "import libcst" 2>"$OUT/libcst.txt"; then
 fi
 nvidia-smi -L > "$OUT/nvidia-smi.txt" 2>&1
 if [ "${FIX_PART:-readme}" = readme ]; then
-  step readme "$PY" bench/corpus/fix_corpus.py --readme --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
+  step readme "$PY" benchmarks/corpus/fix_corpus.py --readme --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
     --steps "${FIX_STEPS:-60}" --repeats "${FIX_REPEATS:-2}" --rounds "${FIX_ROUNDS:-3}" ${FIX_ARGS:-}
 elif [ "$FIX_PART" = planted ]; then
-  step planted "$PY" bench/corpus/fix_corpus.py --planted --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
+  step planted "$PY" benchmarks/corpus/fix_corpus.py --planted --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
     --steps "${FIX_STEPS:-60}" --repeats "${FIX_REPEATS:-2}" --budget-s "${FIX_BUDGET_S:-420}" \
     ${FIX_ONLY:+--only "$FIX_ONLY"} ${FIX_ARGS:-}
 else
-  step corpus "$PY" bench/corpus/fix_corpus.py --corpus .corpus --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
+  step corpus "$PY" benchmarks/corpus/fix_corpus.py --corpus .corpus --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
     --steps "${FIX_STEPS:-60}" --repeats "${FIX_REPEATS:-2}" --budget-s "${FIX_BUDGET_S:-420}" \
     ${FIX_ONLY:+--only "$FIX_ONLY"} ${FIX_ARGS:-}
 fi

@@ -10,11 +10,11 @@
 # Compile: torch.compile mode='default' only (no autotuning); each GPT entry's "warmup_wall_s" is the
 # wall time up to the first timed step, i.e. it includes compiling. gpt124m/gpudoctor_compiled reuses
 # the hand loop's inductor caches from the same run (same graph), the 350M compiles from scratch.
-# Merges into the committed bench/results/peers-h200.json: the Lightning/Accelerate entries of the
+# Merges into the committed benchmarks/results/peers-h200.json: the Lightning/Accelerate entries of the
 # first run are kept; every entry has "run_utc" (the run that measured it), "runs" lists both runs,
 # and "ratios" are recomputed over the merged entries.
 # Writes to $JOB_OUT: peers-h200.json (merged), peers.txt (log + table), nvidia-smi.txt.
-# Commit $JOB_OUT/peers-h200.json over bench/results/peers-h200.json and quote its "ratios".
+# Commit $JOB_OUT/peers-h200.json over benchmarks/results/peers-h200.json and quote its "ratios".
 set -u
 cd "$(dirname "$0")/../../.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -26,12 +26,12 @@ nvidia-smi --query-gpu=index,name,memory.used,utilization.gpu --format=csv >"$JO
 ONLY="resnet/gpudoctor_gpu_loader,resnet/plain,resnet/gpudoctor_defaults,gpt124m/hand_compiled"
 ONLY="$ONLY,gpt124m/gpudoctor_compiled,gpt350m/gpudoctor_compiled"
 MERGE=()
-if [ -f bench/results/peers-h200.json ]; then
-  MERGE=(--merge-into bench/results/peers-h200.json)
+if [ -f benchmarks/results/peers-h200.json ]; then
+  MERGE=(--merge-into benchmarks/results/peers-h200.json)
 else
-  echo "bench/results/peers-h200.json missing: writing this run's entries alone" | tee -a "$JOB_OUT/peers.txt"
+  echo "benchmarks/results/peers-h200.json missing: writing this run's entries alone" | tee -a "$JOB_OUT/peers.txt"
 fi
-timeout 145 python3 bench/peers.py --part all --only "$ONLY" --budget-s 138 "${MERGE[@]}" \
+timeout 145 python3 benchmarks/peers.py --part all --only "$ONLY" --budget-s 138 "${MERGE[@]}" \
   --out "$JOB_OUT/peers-h200.json" >>"$JOB_OUT/peers.txt" 2>&1
 echo "peers rc=$? ($(( $(date +%s) - start )) s)"
 echo "--- summary"

@@ -6,7 +6,7 @@
 # Run from the repo root with PYTHONPATH=src and JOB_OUT set (tools/gpu/run_all.sh does both).
 # Outputs under $JOB_OUT, and where to commit them:
 #   resnet50_modules_vs_hand.json, leak_site.json, what_if_checkpointing_resnet50.json,
-#   deterministic_cost.json                                  -> bench/results/issue22/
+#   deterministic_cost.json                                  -> benchmarks/results/issue22/
 #   memory_run_modules.txt (memory run --modules, resnet50), memory_run_order.txt (the stage
 #   order of a zero_grad-between script)                     -> docs/examples/
 #   pytest-*.txt                                             -> evidence (not committed)

@@ -4,15 +4,15 @@
 # Run:    bash tools/gpu/run_all.sh 71_tune_ddp:200      (kind nvidia-h200-x2; one device call)
 # Budget: TUNE_DDP_JOB_S (default 190 s; give run_all 10 s more). First the CLI under torchrun,
 #   `tune ddp --json` at the basic user's batch (128 per rank), killed at 60 s; then
-#   bench/tune_ddp.py under torchrun, killed at what is left minus 5 s; its --budget-s is 30 s less (it
+#   benchmarks/tune_ddp.py under torchrun, killed at what is left minus 5 s; its --budget-s is 30 s less (it
 #   starts no new batch size that would end after it): per batch in TUNE_DDP_BATCHES (128,1024),
 #   `tune ddp` + an independent A/B check of no hook / fp16 / bf16 (4 interleaved rounds).
 # Dry run on a CPU: TUNE_BENCH_SMOKE=1 TUNE_DDP_BATCHES=32,64 (tiny CNN, gloo).
 # Writes to $JOB_OUT:
 #   tune-ddp-2xh200.json      per batch: every trial's rate, the pick, ranks agree, the A/B check -> commit as
-#                             bench/results/tune-ddp-2xh200.json
-#   tune-ddp-2xh200.txt       its summary (stdout)                          -> commit as bench/results/tune-ddp-2xh200.txt
-#   tune-ddp-cli-2gpu.json    the CLI's --json (rank 0's stdout)            -> commit as bench/results/tune-ddp-cli-2xh200.json
+#                             benchmarks/results/tune-ddp-2xh200.json
+#   tune-ddp-2xh200.txt       its summary (stdout)                          -> commit as benchmarks/results/tune-ddp-2xh200.txt
+#   tune-ddp-cli-2gpu.json    the CLI's --json (rank 0's stdout)            -> commit as benchmarks/results/tune-ddp-cli-2xh200.json
 #   *.log, *.toml             progress and the configs tune wrote (no need to commit)
 #   timings.txt               wall time and rc of each step
 set -u
@@ -39,17 +39,17 @@ record() {  # record NAME RC START COMMAND...
 }
 
 start=$SECONDS
-timeout -k 5 60 "${torchrun[@]}" -m gpudoctor tune ddp --target bench/tune_resnet18.py:target --json --steps 20 \
+timeout -k 5 60 "${torchrun[@]}" -m gpudoctor tune ddp --target benchmarks/tune_resnet18.py:target --json --steps 20 \
   --out "$JOB_OUT/tune-ddp-cli.toml" >"$JOB_OUT/tune-ddp-cli-2gpu.json" 2>"$JOB_OUT/tune-ddp-cli.log"
-record cli $? "$start" "torchrun -m gpudoctor tune ddp --target bench/tune_resnet18.py:target --json --steps 20"
+record cli $? "$start" "torchrun -m gpudoctor tune ddp --target benchmarks/tune_resnet18.py:target --json --steps 20"
 
 kill_s=$((TUNE_DDP_JOB_S - SECONDS - 5))
 bench_s=$((kill_s - 30))
 start=$SECONDS
-timeout -k 5 "$kill_s" "${torchrun[@]}" bench/tune_ddp.py --out "$JOB_OUT/tune-ddp-2xh200.json" \
+timeout -k 5 "$kill_s" "${torchrun[@]}" benchmarks/tune_ddp.py --out "$JOB_OUT/tune-ddp-2xh200.json" \
   --budget-s "$bench_s" --batches "$TUNE_DDP_BATCHES" --rounds 4 \
   >"$JOB_OUT/tune-ddp-2xh200.txt" 2>"$JOB_OUT/tune-ddp.log"
-record bench $? "$start" "torchrun bench/tune_ddp.py --budget-s $bench_s --batches $TUNE_DDP_BATCHES --rounds 4 (killed at ${kill_s}s)"
+record bench $? "$start" "torchrun benchmarks/tune_ddp.py --budget-s $bench_s --batches $TUNE_DDP_BATCHES --rounds 4 (killed at ${kill_s}s)"
 
 echo "--- summary ($SECONDS s)"
 [ -s "$JOB_OUT/tune-ddp-cli-2gpu.json" ] && python3 -c "

@@ -12,7 +12,7 @@
 #       > .public/imagenet_main.py && echo /.public/ >> .git/info/exclude
 #   and pass carry [".public"] to the device call.
 # Dry run on a CPU: TUNE_BAR=... TUNE_BAR_SMOKE=1 (tiny models; figures mean nothing).
-# Writes to $JOB_OUT: tune-bars-<case>.json (every trial, the bars) -> bench/results/tune-bars-<case>-h200.json,
+# Writes to $JOB_OUT: tune-bars-<case>.json (every trial, the bars) -> benchmarks/results/tune-bars-<case>-h200.json,
 #   tune-bars-<case>.log (stderr: the plan, each stage, one line per setting), summary.txt (stdout).
 set -u
 cd "$(dirname "$0")/../../.."
@@ -26,7 +26,7 @@ if [ "$TUNE_BAR" = script ] && [ "$TUNE_BAR_SMOKE" != 1 ] && [ ! -f .public/imag
   echo "missing .public/imagenet_main.py: see this job's header" | tee "$JOB_OUT/summary.txt"; exit 1
 fi
 start=$SECONDS
-timeout -k 5 480 python3 bench/tune_bars.py --case "$TUNE_BAR" --out "$JOB_OUT/tune-bars-$TUNE_BAR.json" "${extra[@]}" \
+timeout -k 5 480 python3 benchmarks/tune_bars.py --case "$TUNE_BAR" --out "$JOB_OUT/tune-bars-$TUNE_BAR.json" "${extra[@]}" \
   >"$JOB_OUT/summary.txt" 2>"$JOB_OUT/tune-bars-$TUNE_BAR.log"
 echo "rc=$? in $((SECONDS - start)) s" | tee -a "$JOB_OUT/summary.txt"
 cat "$JOB_OUT/summary.txt"; tail -n 25 "$JOB_OUT/tune-bars-$TUNE_BAR.log"

@@ -11,7 +11,7 @@ once with what is known — a *provisional* line — and written again, complete
 reader keeps the last line of each step (:func:`gpudoctor.records.rundir.read_steps`), so a crash
 leaves every step up to the last boundary on disk, some without their late values.
 
-Cost (this CPU, ``python bench/step_append_cost.py``): see docs/run.md, "Cost".
+Cost (this CPU, ``python benchmarks/step_append_cost.py``): see docs/run.md, "Cost".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Scaling run (issue 11): collective bandwidth, DDP/FSDP2 training throughput, a planted straggler.
 
-    PYTHONPATH=src python bench/scaling.py --out bench/results/scaling-8gpu.json \\
+    PYTHONPATH=src python benchmarks/scaling.py --out benchmarks/results/scaling-8gpu.json \\
         [--world-sizes 1,2,4,8] [--quick] [--cpu]
 
 Works for any world size on whatever GPUs are visible; world sizes above that count are skipped
@@ -15,7 +15,7 @@ or timeout is recorded and the next part still runs):
    (``GD-RUN-STRAGGLER``). The per-rank time spent waiting in collectives, read from the run's
    profiler windows, is recorded next to it as a cross-check.
 3. ``training``: GPT-2 124M and ResNet-18 through ``gpudoctor.train`` at each world size, DDP and
-   FSDP2 (``bench/scaling_worker.py``: one ``python -m torch.distributed.run`` launch per world
+   FSDP2 (``benchmarks/scaling_worker.py``: one ``python -m torch.distributed.run`` launch per world
    size running every (strategy, model) pair in turn, so start-up is paid once per world size; one
    process is the unwrapped single-GPU baseline).
    Scaling efficiency = throughput(N) / (N x throughput(1)); goal: >= 90% at 8 GPUs for GPT-124M.
@@ -318,7 +318,7 @@ def render(doc: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True, help="JSON results, e.g. bench/results/scaling-8gpu.json")
+    p.add_argument("--out", type=Path, required=True, help="JSON results, e.g. benchmarks/results/scaling-8gpu.json")
     p.add_argument("--world-sizes", default="1,2,4,8", help="comma list; those above the visible count are skipped")
     p.add_argument("--quick", action="store_true", help="fewer sizes and steps")
     p.add_argument("--cpu", action="store_true", help="gloo on the CPU with tiny models (tests)")

@@ -13,7 +13,7 @@ times are those of the machine and the runs that recorded them, read from the pr
 ``OUT/run_verdicts.json``; ``--label`` says so at the top of the table and in the JSON). ``--pack DIR`` copies each run directory
 without traces (only the small record files, stdout tail) for use as a test fixture.
 
-    PYTHONPATH=src python3 bench/run_verdicts.py --out /tmp/verdicts [--size small] [--only a,b]
+    PYTHONPATH=src python3 benchmarks/run_verdicts.py --out /tmp/verdicts [--size small] [--only a,b]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Builds the run directory from records (6,000 GPU samples per GPU, one step every 0.4 s per rank),
 then times ``write_report`` three times and reports the median.
 
-    PYTHONPATH=src python bench/report_speed.py --gpus 1 --out bench/results/report_speed.json
+    PYTHONPATH=src python benchmarks/report_speed.py --gpus 1 --out benchmarks/results/report_speed.json
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> int:
             times.append(time.perf_counter() - start)
             size = path.stat().st_size
     result = {
-        "command": f"PYTHONPATH=src python bench/report_speed.py --gpus {args.gpus} --out {args.out}",
+        "command": f"PYTHONPATH=src python benchmarks/report_speed.py --gpus {args.gpus} --out {args.out}",
         "run": {"seconds": seconds, "hz": hz, "gpus": args.gpus, "gpu_samples": seconds * hz * args.gpus,
                 "steps_per_rank": math.ceil(seconds / 0.4)},
         "write_report_s": {"median": statistics.median(times), "all": times},

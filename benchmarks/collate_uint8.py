@@ -12,7 +12,7 @@ process):
 
 Reports images/s (median of ``--repeats`` passes over the dataset) and bytes per batch.
 
-    PYTHONPATH=src python bench/collate_uint8.py --out bench/results/collate_uint8-cpu.json
+    PYTHONPATH=src python benchmarks/collate_uint8.py --out benchmarks/results/collate_uint8-cpu.json
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main() -> None:
     for r in results:
         r["speedup_vs_default"] = round(r["images_per_s"] / base, 2)
     report = {"what": "uint8 collate vs default collate (ToTensor+Normalize per sample), CPU only",
-              "command": "PYTHONPATH=src python bench/collate_uint8.py " + " ".join(
+              "command": "PYTHONPATH=src python benchmarks/collate_uint8.py " + " ".join(
                   f"--{k} {v}" for k, v in vars(a).items() if k != "out"),
               "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
               "cpus_available": len(os.sched_getaffinity(0)), "torch_threads": 1, "results": results}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Copy the public training scripts of the corpus (bench/corpus/README.md) out of the fetched
+# Copy the public training scripts of the corpus (benchmarks/corpus/README.md) out of the fetched
 # mirrors into a git-ignored folder that a device call carries. Run on the development machine,
 # before the device call:
-#     bash bench/corpus/prepare.sh [DEST]        # DEST default: <repository root>/.corpus
+#     bash benchmarks/corpus/prepare.sh [DEST]        # DEST default: <repository root>/.corpus
 # Needs the bare mirrors made by the search tool's fetch (MIRRORS, default: .mirror beside the
 # repository's folder):
 #   pytorch/examples -> $MIRRORS/pytorch+examples/repo, karpathy/minGPT -> $MIRRORS/karpathy+minGPT/repo.

@@ -14,7 +14,7 @@ Writes into a corpus work tree (the copy ``run_corpus.py`` and ``ab.py`` make of
 
 ``--scale`` shrinks every count for the CPU check. Deterministic (fixed seeds).
 
-    python3 bench/corpus/make_data.py WORK_TREE [--scale 0.1]
+    python3 benchmarks/corpus/make_data.py WORK_TREE [--scale 0.1]
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def main() -> int:
     args = parser.parse_args()
     for repo in ("pytorch-examples", "minGPT"):
         if not (args.work / repo).is_dir():
-            print(f"{args.work / repo}: missing; run bench/corpus/prepare.sh and copy .corpus first",
+            print(f"{args.work / repo}: missing; run benchmarks/corpus/prepare.sh and copy .corpus first",
                   file=sys.stderr)
             return 2
     for name, seconds in make_all(args.work, args.scale).items():

@@ -4,7 +4,7 @@ Bar (issue 9): within ±15% for ResNet-18, ResNet-50 (224×224) and GPT-124M (se
 batch sizes each, bf16 autocast, AdamW. The estimate runs two small probe batches; the truth
 trains two real steps at the target batch (``measure_point``), each in a fresh model.
 
-    PYTHONPATH=src python3 bench/memory_estimate.py --out bench/results/memory_estimate-h200.json
+    PYTHONPATH=src python3 benchmarks/memory_estimate.py --out benchmarks/results/memory_estimate-h200.json
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import GPT  # noqa: E402  (bench/models.py, shared with the engine benchmark)
+from models import GPT  # noqa: E402  (benchmarks/models.py, shared with the engine benchmark)
 
 from gpudoctor.memory.estimate import EstimateConfig, estimate_memory, measure_point  # noqa: E402
 from gpudoctor.memory.inputs import batch_factory  # noqa: E402
@@ -70,7 +70,7 @@ def main() -> int:
                   f"measured {truth / GIB:7.2f} GiB  error {error:+6.1%}  "
                   f"(probes {rows[-1]['probes']}, {estimate_s:.1f} s)", flush=True)
     result = {
-        "command": "PYTHONPATH=src python3 bench/memory_estimate.py --out " + str(args.out),
+        "command": "PYTHONPATH=src python3 benchmarks/memory_estimate.py --out " + str(args.out),
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
         "precision": "bf16 autocast", "optimizer": "AdamW", "rows": rows,
         "all_within_15pct": all(r["within_15pct"] for r in rows),

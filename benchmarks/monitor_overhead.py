@@ -1,6 +1,6 @@
 """What does watching the GPU cost? The bars of issue 3, measured on and off in one run.
 
-    PYTHONPATH=src python bench/monitor_overhead.py --out bench/results/monitor_overhead.json
+    PYTHONPATH=src python benchmarks/monitor_overhead.py --out benchmarks/results/monitor_overhead.json
 
 1. Slowdown of GPU work running beside the sampler: two loops timed with CUDA events -- a bf16
    matmul loop (big kernels) and a launch-bound loop of small ops (a ResNet-ish stack of tiny
@@ -23,8 +23,8 @@ container); NVML calls per sample; and the threaded loop's achieved rate and CPU
 fake PCIe counter that blocks 20 ms per read, as the driver's does. ``--label`` names the run in
 ``--out`` (runs of other labels are kept), so a before/after pair lands in one file::
 
-    PYTHONPATH=src python bench/monitor_overhead.py --cpu-only --label after \
-        --out bench/results/monitor_overhead_cpu.json
+    PYTHONPATH=src python benchmarks/monitor_overhead.py --cpu-only --label after \
+        --out benchmarks/results/monitor_overhead_cpu.json
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def main() -> int:
     ap.add_argument("--phase-s", type=float, default=1.25, help="seconds per phase")
     ap.add_argument("--mem-samples", type=int, default=1000, help="samples for tracemalloc")
     ap.add_argument("--out", type=Path, default=None,
-                    help="JSON to write (default bench/results/monitor_overhead.json, "
+                    help="JSON to write (default benchmarks/results/monitor_overhead.json, "
                          "or monitor_overhead_cpu.json with --cpu-only)")
     ap.add_argument("--cpu-only", action="store_true",
                     help="no GPU: the sampler's CPU side against the fake NVML of the unit tests")
@@ -161,7 +161,7 @@ def main() -> int:
 
         return cpu_only(args)
     if args.out is None:
-        args.out = Path("bench/results/monitor_overhead.json")
+        args.out = Path("benchmarks/results/monitor_overhead.json")
 
     import torch
 

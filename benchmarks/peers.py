@@ -1,8 +1,8 @@
 """gpudoctor.train against hand-tuned PyTorch, Lightning and Accelerate (issue 5's benchmark).
 
-    PYTHONPATH=src python bench/peers.py --out bench/results/peers-h200.json            # one GPU
-    PYTHONPATH=src torchrun --standalone --nproc_per_node 2 bench/peers.py --part ddp \\
-        --out bench/results/peers-2xh200.json                                             # two GPUs
+    PYTHONPATH=src python benchmarks/peers.py --out benchmarks/results/peers-h200.json            # one GPU
+    PYTHONPATH=src torchrun --standalone --nproc_per_node 2 benchmarks/peers.py --part ddp \\
+        --out benchmarks/results/peers-2xh200.json                                             # two GPUs
 
 Every configuration trains the same model on the same data with the same batch and optimizer.
 Timing: an optimizer step post-hook (which fires in every framework, since all of them end in
@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
         if not torch.cuda.is_available():
             DEV = torch.device("cpu")
     elif not torch.cuda.is_available():
-        sys.exit("bench/peers.py needs a CUDA GPU (or --smoke to check the paths on the CPU)")
+        sys.exit("benchmarks/peers.py needs a CUDA GPU (or --smoke to check the paths on the CPU)")
     args.run_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     deadline = time.perf_counter() + args.budget_s
     env = dist_env()

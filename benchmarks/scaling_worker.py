@@ -1,6 +1,6 @@
-"""One training configuration of ``bench/scaling.py``, run once per rank under torchrun.
+"""One training configuration of ``benchmarks/scaling.py``, run once per rank under torchrun.
 
-    python -m torch.distributed.run --standalone --nproc_per_node N bench/scaling_worker.py \\
+    python -m torch.distributed.run --standalone --nproc_per_node N benchmarks/scaling_worker.py \\
         --models gpt,resnet --strategies ddp,fsdp --out FILE [--quick] [--cpu]
 
 Trains GPT-2 124M (seq 1024, 16 sequences per GPU) or ResNet-18 (CIFAR variant, 32x32, 512

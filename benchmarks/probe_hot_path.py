@@ -1,12 +1,12 @@
 """Host-side cost of the ``gpudoctor run`` probes, per patched call and per step boundary.
 
-    PYTHONPATH=src python bench/probe_hot_path.py [--json]
+    PYTHONPATH=src python benchmarks/probe_hot_path.py [--json]
 
 CPU-side only: it times the Python wrappers the probes put around ``Tensor.to``/``copy_``/
 ``.item()``, ``autograd.backward``, the DataLoader's ``__next__`` and the step boundary, against
 the originals, in one process on whatever machine runs it. On a machine without CUDA the device
 parts of the boundary (CUDA events, allocator statistics, lazy device reads) are not exercised;
-the CUDA-side figures come from ``bench/run_overhead.py`` on a GPU.
+the CUDA-side figures come from ``benchmarks/run_overhead.py`` on a GPU.
 
 Each figure is the best of several repeats of a timed loop (the least disturbed by other
 processes), in microseconds per call; ``overhead_us`` is patched minus original.

@@ -31,7 +31,7 @@ TOP_KERNELS = 5
 def prepare_work(corpus: Path, work: Path, *, scale: float, make: bool = True) -> dict:
     """Copy ``corpus`` to ``work/orig`` (fresh) and write the synthetic data there."""
     if not (corpus / "SOURCES.json").is_file():
-        raise SystemExit(f"{corpus}: no SOURCES.json; run bench/corpus/prepare.sh (and carry .corpus)")
+        raise SystemExit(f"{corpus}: no SOURCES.json; run benchmarks/corpus/prepare.sh (and carry .corpus)")
     orig = work / "orig"
     if work.exists():
         shutil.rmtree(work)

@@ -18,10 +18,10 @@ at least that gain minus its noise; a script without a WARN gets no patch (liste
 
 Writes OUT/fix-bars.json and OUT/fix-bars.md; each fix's JSON and log under OUT/logs-fix/.
 
-    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --readme --out OUT            # README bar only
-    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --planted --out OUT            # planted workloads
-    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --corpus .corpus --out OUT     # the corpus
-    PYTHONPATH=src python3 bench/corpus/fix_corpus.py --readme --workload-args="--size tiny" --steps 12 \
+    PYTHONPATH=src python3 benchmarks/corpus/fix_corpus.py --readme --out OUT            # README bar only
+    PYTHONPATH=src python3 benchmarks/corpus/fix_corpus.py --planted --out OUT            # planted workloads
+    PYTHONPATH=src python3 benchmarks/corpus/fix_corpus.py --corpus .corpus --out OUT     # the corpus
+    PYTHONPATH=src python3 benchmarks/corpus/fix_corpus.py --readme --workload-args="--size tiny" --steps 12 \
         --rounds 1 --out /tmp/fixbars                                               # CPU check
 """
 
@@ -258,7 +258,7 @@ def main() -> None:
                    'check: "--size tiny")')
     p.add_argument("--planted", action="store_true", help="the planted one-GPU workloads (--only: a subset)")
     p.add_argument("--corpus", type=Path, default=None, help="the carried corpus folder (.corpus)")
-    p.add_argument("--verdicts", type=Path, default=REPO / "bench/results/corpus/corpus-verdicts.json")
+    p.add_argument("--verdicts", type=Path, default=REPO / "benchmarks/results/corpus/corpus-verdicts.json")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpudoctor-fix-bars"))
     p.add_argument("--only", default="")
     p.add_argument("--steps", type=int, default=60)

@@ -11,8 +11,8 @@ Writes to OUT: ``corpus-verdicts.json``, ``corpus-verdicts.md`` (a table), ``run
 (the record files, no traces, stdout tail), ``logs/<name>.log`` (the console) and
 ``consoles/<name>.txt`` (the terminal summary as ``gpudoctor diagnose`` prints it).
 
-    PYTHONPATH=src python3 bench/corpus/run_corpus.py --out OUT [--only a,b] [--steps 60]
-    PYTHONPATH=src python3 bench/corpus/run_corpus.py --out /tmp/c --cpu --steps 8   # CPU check
+    PYTHONPATH=src python3 benchmarks/corpus/run_corpus.py --out OUT [--only a,b] [--steps 60]
+    PYTHONPATH=src python3 benchmarks/corpus/run_corpus.py --out /tmp/c --cpu --steps 8   # CPU check
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> int:
                     timeout_scale=args.timeout_scale) for s in scripts]
     skipped = [s.name for s in select(args.only) if s not in scripts]
     doc = {
-        "what": "gpudoctor run --steps N on public training scripts, unmodified (bench/corpus)",
+        "what": "gpudoctor run --steps N on public training scripts, unmodified (benchmarks/corpus)",
         "steps": args.steps, "cpu_check": args.cpu, "gpu": harness.gpu_name(), "host": platform.node(),
         "python": platform.python_version(), "torch": harness.version_of("torch"),
         "torchvision": harness.version_of("torchvision"), "sources": prep["sources"],

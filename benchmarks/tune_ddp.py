@@ -1,9 +1,9 @@
 """`gpudoctor tune ddp` on 2 GPUs: does it pick the faster of with/without a compression hook?
 
-    PYTHONPATH=src torchrun --standalone --nproc_per_node 2 bench/tune_ddp.py --out bench/results/tune-ddp-2xh200.json
-    PYTHONPATH=src torchrun --standalone --nproc_per_node 2 bench/tune_ddp.py --smoke --out /tmp/ddp.json  # CPU, gloo
+    PYTHONPATH=src torchrun --standalone --nproc_per_node 2 benchmarks/tune_ddp.py --out benchmarks/results/tune-ddp-2xh200.json
+    PYTHONPATH=src torchrun --standalone --nproc_per_node 2 benchmarks/tune_ddp.py --smoke --out /tmp/ddp.json  # CPU, gloo
 
-The job is ``bench/tune_resnet18.py``'s (ResNet-18 CIFAR variant, the seeds' basic user). For each
+The job is ``benchmarks/tune_resnet18.py``'s (ResNet-18 CIFAR variant, the seeds' basic user). For each
 per-rank batch in ``--batches`` (128: the basic user's; 1024: about where the single-GPU throughput
 curve flattens, the batch ``tune all`` writes):
 
@@ -116,7 +116,7 @@ def main_ddp(args: argparse.Namespace) -> int:
 
     env = dist_env()
     if env.world_size < 2:
-        print("bench/tune_ddp.py needs torchrun with 2 or more ranks (torchrun --nproc_per_node 2 ...)", file=sys.stderr)
+        print("benchmarks/tune_ddp.py needs torchrun with 2 or more ranks (torchrun --nproc_per_node 2 ...)", file=sys.stderr)
         return 2
     started = time.perf_counter()
     device = select_device("auto", env)

@@ -1,10 +1,10 @@
 """The bars of issue 17 on one GPU: `tune all` with its default budget on two models outside the
 project's own benchmarks, and `tune all --script` on an unmodified public fp32 script.
 
-    PYTHONPATH=src python bench/tune_bars.py --case resnet50 --out /tmp/r50.json
-    PYTHONPATH=src python bench/tune_bars.py --case gpt124m  --out /tmp/gpt.json
-    PYTHONPATH=src python bench/tune_bars.py --case script --script-path .public/imagenet_main.py --out /tmp/s.json
-    PYTHONPATH=src python bench/tune_bars.py --case resnet50 --smoke --out /tmp/smoke.json   # CPU dry run
+    PYTHONPATH=src python benchmarks/tune_bars.py --case resnet50 --out /tmp/r50.json
+    PYTHONPATH=src python benchmarks/tune_bars.py --case gpt124m  --out /tmp/gpt.json
+    PYTHONPATH=src python benchmarks/tune_bars.py --case script --script-path .public/imagenet_main.py --out /tmp/s.json
+    PYTHONPATH=src python benchmarks/tune_bars.py --case resnet50 --smoke --out /tmp/smoke.json   # CPU dry run
 
 * ``resnet50``: torchvision ResNet-50 (100 classes) on 160x160 crops of in-memory uint8 images with
   per-sample CPU augmentation (random resized crop, flip, normalise), SGD, starting from

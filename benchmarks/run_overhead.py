@@ -1,6 +1,6 @@
 """What does `gpudoctor run` cost the script it watches? The overhead bars of issue 4.
 
-    PYTHONPATH=src python bench/run_overhead.py --out bench/results/run_overhead.json
+    PYTHONPATH=src python benchmarks/run_overhead.py --out benchmarks/results/run_overhead.json
 
 One GPU training script (a ResNet-ish conv net on 128x128 images, batch 256, bf16 autocast,
 channels_last, cudnn.benchmark, a pinned 4-worker DataLoader over 16 batches of synthetic uint8
@@ -248,7 +248,7 @@ def main() -> int:
                         help="rounds; each runs every arm once, in an order that rotates")
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"comma-separated arms to run (plain and {BAR_ARM} always run): {','.join(ARMS)}")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "run_overhead.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "run_overhead.json")
     args = parser.parse_args()
     if args.worker:
         worker(args.steps, args.times, args.batch)
@@ -279,7 +279,7 @@ def main() -> int:
     stats = summarize(runs, args.steps)
     bar = stats["overheads"][BAR_ARM]
     result = {
-        "command": "PYTHONPATH=src python " + " ".join(["bench/run_overhead.py", *sys.argv[1:]]),
+        "command": "PYTHONPATH=src python " + " ".join(["benchmarks/run_overhead.py", *sys.argv[1:]]),
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "python": platform.python_version(),

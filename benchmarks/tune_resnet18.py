@@ -1,9 +1,9 @@
 """`gpudoctor tune` on ResNet-18 (CIFAR variant) in the seeds' "basic user" setup: the bars of issue 10.
 
-    PYTHONPATH=src python bench/tune_resnet18.py --out bench/results/tune-resnet18-h200.json --budget-s 370
-    PYTHONPATH=src python bench/tune_resnet18.py --smoke --out /tmp/smoke.json     # CPU dry run
+    PYTHONPATH=src python benchmarks/tune_resnet18.py --out benchmarks/results/tune-resnet18-h200.json --budget-s 370
+    PYTHONPATH=src python benchmarks/tune_resnet18.py --smoke --out /tmp/smoke.json     # CPU dry run
 
-The job: ResNet-18 (``bench/models.py``: 3x3 stem, no max-pool) on 32x32 images, 50k in-memory uint8
+The job: ResNet-18 (``benchmarks/models.py``: 3x3 stem, no max-pool) on 32x32 images, 50k in-memory uint8
 images with per-sample CPU augmentation (pad + random crop, flip, normalise), SGD, the engine's
 defaults (``TrainConfig(batch_size=128)``: precision ``auto``, channels_last ``auto``,
 cudnn.benchmark, the default ``fast_loader``). One GPU, in this order (what the bars need most first):
@@ -20,7 +20,7 @@ cudnn.benchmark, the default ``fast_loader``). One GPU, in this order (what the 
    of memory) probed again with real steps, then narrowed to ``--resolution`` (1% of the batch) ->
    found safe batch / true limit, worst case over the bracket.
 
-The 2-GPU bar (the ddp knob's hook choice) is ``bench/tune_ddp.py``, on this same target.
+The 2-GPU bar (the ddp knob's hook choice) is ``benchmarks/tune_ddp.py``, on this same target.
 
 Every figure in the JSON comes from this run; a step that did not fit the time budget is listed as
 skipped, with the reason. ``--smoke`` swaps in a tiny CNN with a simulated memory limit (a real
@@ -128,7 +128,7 @@ def make_target(batch: int = BASE_BATCH) -> TuneTarget:
 
 
 def target() -> TuneTarget:
-    """What ``gpudoctor tune --target bench/tune_resnet18.py:target`` loads."""
+    """What ``gpudoctor tune --target benchmarks/tune_resnet18.py:target`` loads."""
     return make_target()
 
 
@@ -310,7 +310,7 @@ def env_facts() -> dict:
 
 
 def setup_facts() -> dict:
-    return {"model": "tiny CNN, simulated limit (--smoke)" if SMOKE else "ResNet-18 CIFAR variant (bench/models.py)",
+    return {"model": "tiny CNN, simulated limit (--smoke)" if SMOKE else "ResNet-18 CIFAR variant (benchmarks/models.py)",
             "images": IMAGES, "eval_images": EVAL_IMAGES,
             "augmentation": "per-sample CPU: reflect pad 4 + random crop 32, flip, normalise",
             "optimizer": "SGD lr 0.1 momentum 0.9 nesterov wd 5e-4",

@@ -174,7 +174,7 @@ def cpu_only(args) -> int:
     from gpudoctor.collectors.nvml import GpuSampler
 
     fake = _fake_module()
-    out = args.out or ROOT / "bench" / "results" / "monitor_overhead_cpu.json"
+    out = args.out or ROOT / "benchmarks" / "results" / "monitor_overhead_cpu.json"
     run = {
         "command": " ".join(["PYTHONPATH=" + os.environ.get("PYTHONPATH", ""),
                              Path(sys.executable).name, *sys.argv]),

@@ -1,6 +1,6 @@
 """How fast is ``gpudoctor lint``? Bar of issue 6: a 10k-line tree in under 2 s.
 
-    PYTHONPATH=src python bench/lint_speed.py --out bench/results/lint_speed.json
+    PYTHONPATH=src python benchmarks/lint_speed.py --out benchmarks/results/lint_speed.json
 
 The tree is built from the repository's own realistic training scripts and rule fixtures
 (``tests/fixtures/lint_real`` and ``tests/fixtures/lint/*``), copied round-robin into a package
@@ -97,7 +97,7 @@ def main() -> None:
         "passes_bar": statistics.median(cli_s) < 2.0,
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "cpus": os.cpu_count(), "load_avg_1min_at_start": round(load_before, 2)},
-        "command": "PYTHONPATH=src python bench/lint_speed.py --out bench/results/lint_speed.json",
+        "command": "PYTHONPATH=src python benchmarks/lint_speed.py --out benchmarks/results/lint_speed.json",
     }
     text = json.dumps(result, indent=2) + "\n"
     if args.out:

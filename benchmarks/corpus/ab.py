@@ -17,8 +17,8 @@ table (``not_run``) and can be run in another call with ``--only``.
 
 Writes OUT/corpus-ab.json, OUT/corpus-ab.md, OUT/runs-ab/<name>/<A|B><round>/ (records, no traces).
 
-    PYTHONPATH=src python3 bench/corpus/ab.py --verdicts bench/results/corpus/corpus-verdicts.json --out OUT
-    PYTHONPATH=src python3 bench/corpus/ab.py --all-fixes --cpu --steps 8 --rounds 1 --out /tmp/ab  # CPU check
+    PYTHONPATH=src python3 benchmarks/corpus/ab.py --verdicts benchmarks/results/corpus/corpus-verdicts.json --out OUT
+    PYTHONPATH=src python3 benchmarks/corpus/ab.py --all-fixes --cpu --steps 8 --rounds 1 --out /tmp/ab  # CPU check
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def main() -> int:
 
 
 def _write(args, prep: dict, rows: list[dict], not_run: list[str], t0: float) -> dict:
-    doc = {"what": "prescribed fix applied by hand to a copy; original vs patched, interleaved (bench/corpus/ab.py)",
+    doc = {"what": "prescribed fix applied by hand to a copy; original vs patched, interleaved (benchmarks/corpus/ab.py)",
            "steps": args.steps, "rounds": args.rounds, "bar": BAR, "cpu_check": args.cpu,
            "gpu": harness.gpu_name(), "host": platform.node(), "torch": harness.version_of("torch"),
            "torchvision": harness.version_of("torchvision"), "loader_workers": args.workers,

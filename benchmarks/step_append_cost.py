@@ -6,7 +6,7 @@ directory: the record encoded (``stepfile.step_line``) and appended with one ``o
 and, on a GPU, once more when its late values (GPU time, loss) are in. For comparison, the
 previous path: ``records.base.dumps`` of a ``StepRecord`` through a flushed ``JsonlWriter``.
 
-    python bench/step_append_cost.py [N]
+    python benchmarks/step_append_cost.py [N]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """gpudoctor.train against hand-written loops, on models the engine was not built around (issue 16).
 
-    PYTHONPATH=src python bench/engine_vs_hand.py --nanogpt /path/to/nanoGPT \\
-        --out bench/results/engine_vs_hand-h200.json                       # one H200, ~6-8 minutes
-    PYTHONPATH=src python bench/engine_vs_hand.py --nanogpt /tmp/nanogpt --smoke --out /tmp/s.json  # CPU
+    PYTHONPATH=src python benchmarks/engine_vs_hand.py --nanogpt /path/to/nanoGPT \\
+        --out benchmarks/results/engine_vs_hand-h200.json                       # one H200, ~6-8 minutes
+    PYTHONPATH=src python benchmarks/engine_vs_hand.py --nanogpt /tmp/nanogpt --smoke --out /tmp/s.json  # CPU
 
 ``--nanogpt`` is a checkout of karpathy/nanoGPT (only its ``model.py`` is used; this repository
 does not carry it). Every model runs engine and hand loop alternately in ONE process (A B A B for
@@ -175,7 +175,7 @@ def adamw(model: nn.Module) -> torch.optim.Optimizer:
 
 # ---------------------------------------------------------------------------------- nanoGPT
 def load_nanogpt(path: str):
-    """nanoGPT's model.py from a checkout (imported under its own name: bench/models.py differs)."""
+    """nanoGPT's model.py from a checkout (imported under its own name: benchmarks/models.py differs)."""
     file = Path(path) / "model.py"
     if not file.is_file():
         sys.exit(f"--nanogpt {path}: no model.py there; pass a checkout of karpathy/nanoGPT")
