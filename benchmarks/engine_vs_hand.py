@@ -48,44 +48,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from gpudoctor.train import LogConfig, Trainer, TrainConfig, presets
-from gpudoctor.train.data import default_num_workers
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import StepTimer  # noqa: E402
+
+from gpudoctor.train import LogConfig, Trainer, TrainConfig, presets  # noqa: E402
+from gpudoctor.train.data import default_num_workers  # noqa: E402
 
 PEAK_BF16_H200 = 989e12
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 DEV = torch.device("cuda")  # main() switches to the CPU for --smoke without a GPU
-
-
-# ---------------------------------------------------------------------------------- timing
-class StepTimer:
-    """Events after optimizer step ``warmup`` and ``warmup + timed`` (wall clock on the CPU)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup: int, timed: int) -> None:
-        self.warmup, self.timed, self.count = warmup, timed, 0
-        self.cuda = DEV.type == "cuda"
-        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if self.cuda else []
-        self.t_init, self.walls = time.perf_counter(), [0.0, 0.0]
-        self.handle = optimizer.register_step_post_hook(self._hook)
-
-    def _hook(self, *_: object) -> None:
-        self.count += 1
-        for i, at in enumerate((self.warmup, self.warmup + self.timed)):
-            if self.count == at:
-                if self.cuda:
-                    self.events[i].record()
-                self.walls[i] = time.perf_counter()
-
-    def result(self, per_step: int) -> dict:
-        self.handle.remove()
-        if self.count < self.warmup + self.timed:
-            raise RuntimeError(f"only {self.count} optimizer steps ran; expected {self.warmup + self.timed}")
-        if self.cuda:
-            self.events[1].synchronize()
-            seconds = self.events[0].elapsed_time(self.events[1]) / 1e3
-        else:
-            seconds = self.walls[1] - self.walls[0]
-        return {"per_s": per_step * self.timed / seconds, "timed_steps": self.timed, "seconds": round(seconds, 3),
-                "warmup_wall_s": round(self.walls[0] - self.t_init, 2)}
 
 
 def fit_figures(result) -> dict:

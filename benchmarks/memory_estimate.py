@@ -10,7 +10,6 @@ trains two real steps at the target batch (``measure_point``), each in a fresh m
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -18,21 +17,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import loss_is_output, write_json  # noqa: E402
 from models import GPT  # noqa: E402  (benchmarks/models.py, shared with the engine benchmark)
 
 from gpudoctor.memory.estimate import EstimateConfig, estimate_memory, measure_point  # noqa: E402
 from gpudoctor.memory.inputs import batch_factory  # noqa: E402
+from gpudoctor.records.units import GIB  # noqa: E402
 
-GIB = float(1 << 30)
 
 
 def gpt_batch(batch: int, device):
     tokens = torch.randint(0, 50257, (batch, 1024), device=device)
     return (tokens, torch.roll(tokens, -1, dims=1)), None
-
-
-def loss_is_output(output, _target):
-    return output
 
 
 def cases():
@@ -76,7 +72,7 @@ def main() -> int:
         "all_within_15pct": all(r["within_15pct"] for r in rows),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     return 0 if result["all_within_15pct"] else 1
 
 

@@ -43,80 +43,17 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import CifarStyle, StepTimer, loss_is_output, write_json  # noqa: E402
 from models import GPT, GPT2_124M, GPT2_350M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import dist_env  # noqa: E402
 from gpudoctor.train import GpuLoader, LogConfig, Trainer, TrainConfig, presets  # noqa: E402
 from gpudoctor.train.config import CheckpointConfig  # noqa: E402
+from gpudoctor.train.perf import adamw  # noqa: E402
 
-MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 PEAK_BF16_H200 = 989e12
 GPT_TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=128, block_size=16)  # --smoke
 DEV = torch.device("cuda")  # main() switches to the CPU for --smoke without a GPU
-
-
-# ---------------------------------------------------------------------------------- timing
-class StepTimer:
-    """CUDA events after optimizer step ``warmup`` and step ``warmup + timed`` (host syncs: none
-    until ``result``). Works for any framework: it hooks ``torch.optim.Optimizer.step``."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup: int, timed: int) -> None:
-        self.warmup, self.timed, self.count = warmup, timed, 0
-        self.cuda = DEV.type == "cuda"  # on the CPU (--smoke) the wall clock stands in for events
-        self.start = torch.cuda.Event(enable_timing=True) if self.cuda else None
-        self.end = torch.cuda.Event(enable_timing=True) if self.cuda else None
-        self.t_init = time.perf_counter()
-        self.wall0 = self.wall1 = 0.0
-        self.handle = optimizer.register_step_post_hook(self._hook)
-
-    def _hook(self, *_: object) -> None:
-        self.count += 1
-        if self.count == self.warmup:
-            if self.cuda:
-                self.start.record()
-            self.wall0 = time.perf_counter()
-        elif self.count == self.warmup + self.timed:
-            if self.cuda:
-                self.end.record()
-            self.wall1 = time.perf_counter()
-
-    def result(self, per_step: int, unit: str) -> dict:
-        self.handle.remove()
-        if self.count < self.warmup + self.timed:
-            raise RuntimeError(f"only {self.count} optimizer steps ran; expected {self.warmup + self.timed}")
-        if self.cuda:
-            self.end.synchronize()  # the one sync, at the end
-            seconds = self.start.elapsed_time(self.end) / 1e3
-        else:
-            seconds = self.wall1 - self.wall0
-        # warm-up wall time from the timer's creation: includes torch.compile's first compile
-        return {f"{unit}_per_s": per_step * self.timed / seconds, "timed_steps": self.timed,
-                "warmup_steps": self.warmup, "seconds": seconds,
-                "warmup_wall_s": round(self.wall0 - self.t_init, 2)}
-
-
-# ---------------------------------------------------------------------------------- ResNet data
-class AugmentedImages(Dataset):
-    """50k uint8 HWC images in memory; per-sample CPU augmentation (pad+random crop, flip, normalise)."""
-
-    def __init__(self, n: int, size: int = 32, seed: int = 0) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.images = torch.randint(0, 256, (n, size, size, 3), dtype=torch.uint8, generator=g)
-        self.labels = torch.randint(0, 10, (n,), generator=g)
-        self.mean = torch.tensor(MEAN).view(3, 1, 1)
-        self.std = torch.tensor(STD).view(3, 1, 1)
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        img = self.images[i].permute(2, 0, 1).float().div_(255)  # CHW
-        img = F.pad(img.unsqueeze(0), (4, 4, 4, 4), mode="reflect").squeeze(0)
-        dy, dx = torch.randint(0, 9, (2,)).tolist()
-        img = img[:, dy : dy + 32, dx : dx + 32]
-        if torch.rand(()) < 0.5:
-            img = img.flip(2)
-        return (img - self.mean) / self.std, self.labels[i]
 
 
 def sgd(model: nn.Module) -> torch.optim.Optimizer:
@@ -243,14 +180,11 @@ class TokenBatches:
             yield (t[:, :-1], t[:, 1:]), None  # inputs = (tokens, targets); the model returns the loss
 
 
-def _loss_is_output(loss: torch.Tensor, _target: object) -> torch.Tensor:
-    return loss
-
-
 def _adamw(params) -> torch.optim.Optimizer:
     """The GPT optimizer, as the engine's documented factory: ``params -> optimizer`` (FSDP2's
-    sharded parameters exist only after wrapping, so the engine passes parameters, not the model)."""
-    return torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    sharded parameters exist only after wrapping, so the engine passes parameters, not the model);
+    the engine's fused AdamW (``gpudoctor.train.perf.adamw``: fused on a GPU)."""
+    return adamw(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, device=DEV)
 
 
 def gpt_hand_compiled(args, cfg: GPTConfig | None = None) -> dict:
@@ -288,7 +222,7 @@ def gpt_engine(args, cfg: GPTConfig | None = None, *, compile: bool = True, step
     config = presets.transformer_bf16(compile=compile).replace(
         max_steps=args.gpt_warmup + steps,
         log=LogConfig(progress_bar=False, flops_per_sample=flops_token * cfg.block_size))
-    trainer = Trainer(model, _adamw, _loss_is_output, config=config)
+    trainer = Trainer(model, _adamw, loss_is_output, config=config)
     timer = StepTimer(trainer.optimizer, args.gpt_warmup, steps)
     data = TokenBatches(args.gpt_batch, cfg.block_size, cfg.vocab_size, seed=dist_env().rank)
     trainer.fit(data, epochs=10_000)
@@ -399,7 +333,7 @@ def write_results(args, env, results: dict) -> dict:
         doc = merge_runs(json.loads(args.merge_into.read_text()), doc)
         derived = doc["ratios"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(args.out, doc)
     return derived
 
 
@@ -462,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         write_results(args, env, results)
 
     if args.part in ("all", "resnet") and (not only or any(n.startswith("resnet/") for n in only)):
-        ds = AugmentedImages(args.images)
+        ds = CifarStyle(args.images)
         for name, fn in (("resnet/gpudoctor_gpu_loader", resnet_engine_gpu_loader), ("resnet/plain", resnet_plain),
                          ("resnet/gpudoctor_defaults", resnet_engine_defaults),
                          ("resnet/lightning_bf16", resnet_lightning), ("resnet/accelerate_bf16", resnet_accelerate)):

@@ -50,9 +50,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 WORKER = Path(__file__).resolve().parent / "scaling_worker.py"
-MiB = 1 << 20
-GPU_SIZES = tuple(MiB << k for k in range(13))  # 1 MiB .. 4 GiB, x2
-GPU_QUICK_SIZES = tuple(MiB << k for k in range(0, 13, 2))  # 1 MiB .. 4 GiB, x4
+sys.path.insert(0, str(SRC))
+from gpudoctor.records.units import MIB  # noqa: E402
+GPU_SIZES = tuple(MIB << k for k in range(13))  # 1 MiB .. 4 GiB, x2
+GPU_QUICK_SIZES = tuple(MIB << k for k in range(0, 13, 2))  # 1 MiB .. 4 GiB, x4
 GOAL_EFFICIENCY, GOAL_MODEL, GOAL_WORLD = 0.90, "gpt", 8
 MODEL_NAMES = {"gpt": "GPT-2 124M", "resnet": "ResNet-18"}
 REFERENCE_BUSBW = "nccl-tests all_reduce busbw: about 475 GB/s on 8 x H200, 370 GB/s on 8 x H100 (no NVLS)"

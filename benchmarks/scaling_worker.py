@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import loss_is_output  # noqa: E402
 from models import GPT, GPT2_124M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import destroy_distributed  # noqa: E402
@@ -97,10 +98,6 @@ def _resnet_flops(side: int) -> float:
     return float(count_flops(lambda: model(x).sum().backward()))
 
 
-def _loss_is_output(loss: torch.Tensor, _target: object) -> torch.Tensor:
-    return loss
-
-
 def _adamw(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
@@ -122,7 +119,7 @@ def build(model_name: str, strategy: str, batch: int, device: torch.device, rank
             t = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size + 1), device=device, generator=g)
             return (t[:, :-1], t[:, 1:]), None  # the model returns the loss itself
 
-        opt, loss, per_step, unit = _adamw, _loss_is_output, batch * cfg.block_size, "tok/s"
+        opt, loss, per_step, unit = _adamw, loss_is_output, batch * cfg.block_size, "tok/s"
         flops = model.flops_per_token() * cfg.block_size  # known: no FLOP-counting pass
     else:
         model = resnet18_cifar()
