@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tune_resnet18 import (  # noqa: E402
+from tune_job import (  # noqa: E402
     REF, SMOKE, command_line, env_facts, make_target, quiet, reexec_for_smoke, release_memory, setup_facts)
 
 from gpudoctor.train import Trainer  # noqa: E402

@@ -32,131 +32,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from models import resnet18_cifar  # noqa: E402
+from tune_job import (  # noqa: E402  (the job; its target is also this module's `target`)
+    BASE_BATCH, REF, SMOKE, sgd, command_line, env_facts, make_target, quiet, reexec_for_smoke, release_memory,
+    setup_facts, target)
 
-from gpudoctor.train import LogConfig, Trainer, TrainConfig  # noqa: E402
-from gpudoctor.tune.target import LoaderSettings, TuneTarget  # noqa: E402
+from gpudoctor.train import Trainer, TrainConfig  # noqa: E402
+from gpudoctor.tune.target import LoaderSettings  # noqa: E402
 
-REF = f"{Path(__file__).resolve()}:target"
-MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-SMOKE = os.environ.get("TUNE_BENCH_SMOKE") == "1"  # an env var: child processes and torchrun ranks see it
-IMAGES = int(os.environ.get("TUNE_BENCH_IMAGES", "1024" if SMOKE else "50000"))
-EVAL_IMAGES = int(os.environ.get("TUNE_BENCH_EVAL_IMAGES", "256" if SMOKE else "10000"))
-BASE_BATCH = int(os.environ.get("TUNE_BENCH_BATCH", "128"))
-SMOKE_LIMIT = 200  # --smoke: the simulated memory limit, in samples
+__all__ = ["target"]  # `gpudoctor tune --target benchmarks/tune_resnet18.py:target` loads the job's target
 RESERVE_S = 120.0  # of --budget-s kept from tune all for the epochs, tuned vs defaults and the true limit
-
-
-class CifarStyle(Dataset):
-    """n uint8 HWC images in memory; per-sample CPU augmentation (the seeds' basic user)."""
-
-    def __init__(self, n: int, seed: int = 0, augment: bool = True) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.images = torch.randint(0, 256, (n, 32, 32, 3), dtype=torch.uint8, generator=g)
-        self.labels = torch.randint(0, 10, (n,), generator=g)
-        self.mean = torch.tensor(MEAN).view(3, 1, 1)
-        self.std = torch.tensor(STD).view(3, 1, 1)
-        self.augment = augment
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        img = self.images[i].permute(2, 0, 1).float().div_(255)
-        if self.augment:
-            img = F.pad(img.unsqueeze(0), (4, 4, 4, 4), mode="reflect").squeeze(0)
-            dy, dx = torch.randint(0, 9, (2,)).tolist()
-            img = img[:, dy:dy + 32, dx:dx + 32]
-            if torch.rand(()) < 0.5:
-                img = img.flip(2)
-        return (img - self.mean) / self.std, self.labels[i]
-
-
-class SmokeNet(nn.Module):
-    """--smoke only: a tiny CNN that raises a real ``torch.OutOfMemoryError`` for a batch above
-    ``SMOKE_LIMIT`` samples (twice that in eval), so the limit steps have a boundary on a CPU."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, 2, 1)
-        self.bn = nn.BatchNorm2d(8)
-        self.fc = nn.Linear(8, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        limit = SMOKE_LIMIT if self.training else 2 * SMOKE_LIMIT
-        if x.shape[0] > limit:
-            raise torch.OutOfMemoryError(f"simulated (--smoke): batch {x.shape[0]} > {limit}")
-        return self.fc(F.adaptive_avg_pool2d(F.relu(self.bn(self.conv(x))), 1).flatten(1))
-
-
-def model_factory() -> nn.Module:
-    return SmokeNet() if SMOKE else resnet18_cifar()
-
-
-def _sgd(params):
-    return torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
-
-
-_DATA: dict[str, Dataset] = {}
-
-
-def make_target(batch: int = BASE_BATCH) -> TuneTarget:
-    """The basic user's job with the engine's defaults at a per-device ``batch``."""
-    if not _DATA:
-        _DATA["train"] = CifarStyle(IMAGES, seed=0)
-        _DATA["eval"] = CifarStyle(EVAL_IMAGES, seed=1, augment=False)
-    return TuneTarget(model_factory=model_factory, optimizer_factory=_sgd, loss_fn=nn.CrossEntropyLoss(),
-                      train_dataset=_DATA["train"], eval_dataset=_DATA["eval"],
-                      config=TrainConfig(batch_size=batch), loader=LoaderSettings())
-
-
-def target() -> TuneTarget:
-    """What ``gpudoctor tune --target benchmarks/tune_resnet18.py:target`` loads."""
-    return make_target()
-
-
-_FLOPS: list[float | None] = []
-
-
-def flops_per_sample() -> float | None:
-    """Counted once on a 2-sample CPU batch and given to every trainer here: the engine would
-    otherwise count them on the first step of every ``fit`` (an extra forward and backward inside
-    the timed epoch)."""
-    if not _FLOPS:
-        from gpudoctor.train.metrics import count_flops
-
-        ds = make_target().train_dataset
-        x, y = (torch.stack(v) for v in zip(*(ds[i] for i in range(2))))
-        model = model_factory()
-        _FLOPS.append(count_flops(lambda: nn.CrossEntropyLoss()(model(x), y).backward()) / 2 or None)
-    return _FLOPS[0]
-
-
-def quiet(config: TrainConfig) -> TrainConfig:
-    return config.replace(log=LogConfig(progress_bar=False, every_steps=10_000, flops_per_sample=flops_per_sample()))
-
-
-def release_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 def _batch_facts(result) -> dict:
@@ -186,7 +80,7 @@ def found_batch_epochs(config_path: str, loader_path: str, batch: int, epochs: i
     eval_batch = settings.eval_batch_size or batch
     train_loader = make_loader(t.train_dataset, batch, settings, seed=config.seed or 0)
     eval_loader = make_loader(t.eval_dataset, eval_batch, settings, shuffle=False, drop_last=False)
-    trainer = Trainer(t.model_factory(), _sgd, nn.CrossEntropyLoss(), config=config)
+    trainer = Trainer(t.model_factory(), sgd, nn.CrossEntropyLoss(), config=config)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -218,7 +112,7 @@ def tuned_rate(config_path: str, loader_path: str, epochs: int) -> dict:
     settings = LoaderSettings.from_file(loader_path)
     t = make_target()
     loader = make_loader(t.train_dataset, config.batch_size, settings, seed=config.seed or 0)
-    trainer = Trainer(t.model_factory(), _sgd, nn.CrossEntropyLoss(), config=config)
+    trainer = Trainer(t.model_factory(), sgd, nn.CrossEntropyLoss(), config=config)
     trainer.fit(loader, epochs=1)
     out = {"batch": config.batch_size, "channels_last": config.perf.channels_last, "compile": config.perf.compile,
            "loader": settings.to_dict(), **_timed(trainer, loader, epochs)}
@@ -235,7 +129,7 @@ def defaults_rate(epochs: int) -> dict:
     t = make_target()
     config = quiet(t.config)
     loader = fast_loader(t.train_dataset, BASE_BATCH, seed=config.seed or 0)
-    trainer = Trainer(t.model_factory(), _sgd, nn.CrossEntropyLoss(), config=config.replace(max_steps=60))
+    trainer = Trainer(t.model_factory(), sgd, nn.CrossEntropyLoss(), config=config.replace(max_steps=60))
     trainer.fit(loader, epochs=1)
     trainer.config = config  # the same warm trainer, now for whole epochs
     out = {"batch": BASE_BATCH, **_timed(trainer, loader, epochs)}
@@ -301,25 +195,6 @@ def true_limit(config: TrainConfig, lo: int, hi: int, *, resolution: float, dead
                largest_fit=largest, first_oom=first_oom)
     release_memory()
     return out
-
-
-def env_facts() -> dict:
-    return {"torch": torch.__version__, "python": platform.python_version(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "gpus_visible": torch.cuda.device_count(), "cpus": os.cpu_count(), "smoke": SMOKE}
-
-
-def setup_facts() -> dict:
-    return {"model": "tiny CNN, simulated limit (--smoke)" if SMOKE else "ResNet-18 CIFAR variant (benchmarks/models.py)",
-            "images": IMAGES, "eval_images": EVAL_IMAGES,
-            "augmentation": "per-sample CPU: reflect pad 4 + random crop 32, flip, normalise",
-            "optimizer": "SGD lr 0.1 momentum 0.9 nesterov wd 5e-4",
-            "engine_defaults": f"TrainConfig(batch_size={BASE_BATCH}), fast_loader defaults"}
-
-
-def command_line() -> str:
-    launcher = "torchrun --standalone --nproc_per_node 2 " if os.environ.get("WORLD_SIZE", "1") != "1" else "python "
-    return "PYTHONPATH=src " + launcher + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
 
 
 def main_single(args: argparse.Namespace) -> int:
@@ -493,14 +368,6 @@ def main() -> int:
     reexec_for_smoke(args.smoke)
     args.allow_cpu = args.allow_cpu or args.smoke or SMOKE
     return main_single(args)
-
-
-def reexec_for_smoke(smoke: bool) -> None:
-    """--smoke: start again with TUNE_BENCH_SMOKE=1 (the target is built from the environment, so
-    trial child processes and torchrun ranks build the same one)."""
-    if smoke and not SMOKE:
-        os.environ["TUNE_BENCH_SMOKE"] = "1"
-        os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
 if __name__ == "__main__":
