@@ -6,7 +6,7 @@ this module holds only what belongs to the benchmarks themselves, so that each i
 * :class:`StepTimer` — throughput between two optimizer steps, timed with CUDA events from an
   optimizer step post-hook (it fires in every framework, all of them end in
   ``torch.optim.Optimizer.step``); the one sync is in :meth:`StepTimer.result`. Used by
-  ``peers.py`` and ``engine_vs_hand.py``.
+  ``peers.py``, ``engine_vs_hand.py`` and ``scaling_worker.py``.
 * :class:`CifarStyle` — the seeds' basic user's data: ``n`` uint8 32x32 images in memory with
   per-sample CPU augmentation (reflect pad 4 + random crop 32, flip, normalise). Used by
   ``peers.py`` and ``tune_job.py``.
@@ -42,7 +42,7 @@ class StepTimer:
     def _hook(self, *_: object) -> None:
         if self.count == 0:  # where the parameters are once training runs (a framework may move them late)
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            self.cuda = bool(params) and params[0].is_cuda
+            self.cuda = bool(params) and params[0].device.type == "cuda"
             self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if self.cuda else []
         self.count += 1
         for i, at in enumerate((self.warmup, self.warmup + self.timed)):
@@ -51,17 +51,20 @@ class StepTimer:
                     self.events[i].record()
                 self.walls[i] = time.perf_counter()
 
-    def result(self, per_step: int, unit: str = "") -> dict:
-        """``{unit}_per_s`` (``per_s`` without a unit) over the timed steps, the seconds, and the
-        warm-up's wall time from the timer's creation (it includes torch.compile's first compile)."""
+    def seconds(self) -> float:
+        """The timed steps' time; stops the timer (the one host-device sync, at the end)."""
         self.handle.remove()
         if self.count < self.warmup + self.timed:
             raise RuntimeError(f"only {self.count} optimizer steps ran; expected {self.warmup + self.timed}")
         if self.cuda:
-            self.events[1].synchronize()  # the one sync, at the end
-            seconds = self.events[0].elapsed_time(self.events[1]) / 1e3
-        else:
-            seconds = self.walls[1] - self.walls[0]
+            self.events[1].synchronize()
+            return self.events[0].elapsed_time(self.events[1]) / 1e3
+        return self.walls[1] - self.walls[0]
+
+    def result(self, per_step: int, unit: str = "") -> dict:
+        """``{unit}_per_s`` (``per_s`` without a unit) over the timed steps, the seconds, and the
+        warm-up's wall time from the timer's creation (it includes torch.compile's first compile)."""
+        seconds = self.seconds()
         key = f"{unit}_per_s" if unit else "per_s"
         return {key: per_step * self.timed / seconds, "timed_steps": self.timed, "warmup_steps": self.warmup,
                 "seconds": seconds, "warmup_wall_s": round(self.walls[0] - self.t_init, 2)}

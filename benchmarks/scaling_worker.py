@@ -24,14 +24,13 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import loss_is_output  # noqa: E402
+from common import StepTimer, loss_is_output  # noqa: E402
 from models import GPT, GPT2_124M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import destroy_distributed  # noqa: E402
@@ -47,33 +46,6 @@ IMAGE = {False: 32, True: 8}  # ResNet input side on the GPU / on the CPU
 DESC = {"gpt": {False: "GPT-2 124M, seq 1024", True: "GPT 2x32 (CPU stand-in), seq 16"},
         "resnet": {False: "ResNet-18, 32x32", True: "ResNet-18, 8x8 (CPU)"}}
 SHARD = {"gpt": ("Block",), "resnet": ("BasicBlock",)}  # FSDP2 shards these submodules one by one
-
-
-class StepEvents:
-    """Marks after optimizer step ``warmup`` and step ``warmup + timed``; no host sync until ``seconds``."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup: int, timed: int, cuda: bool) -> None:
-        self.warmup, self.timed, self.count, self.cuda = warmup, timed, 0, cuda
-        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if cuda else []
-        self.walls = [0.0, 0.0]
-        self.handle = optimizer.register_step_post_hook(self._hook)
-
-    def _hook(self, *_: object) -> None:
-        self.count += 1
-        for i, at in enumerate((self.warmup, self.warmup + self.timed)):
-            if self.count == at:
-                if self.cuda:
-                    self.events[i].record()  # queued on the stream: no sync
-                self.walls[i] = time.perf_counter()
-
-    def seconds(self) -> float:
-        self.handle.remove()
-        if self.count < self.warmup + self.timed:
-            raise RuntimeError(f"only {self.count} optimizer steps ran; expected {self.warmup + self.timed}")
-        if self.cuda:
-            self.events[1].synchronize()  # SYNC: the one host-device sync, at the end
-            return self.events[0].elapsed_time(self.events[1]) / 1e3
-        return self.walls[1] - self.walls[0]
 
 
 class Batches:
@@ -151,7 +123,7 @@ def run_model(name: str, strategy: str, args: argparse.Namespace, env, cuda: boo
     model, opt, loss, config, data, per_step, unit = build(name, strategy, batch, device, env.rank, args.cpu)
     params = sum(p.numel() for p in model.parameters())
     trainer = Trainer(model, opt, loss, config=config.replace(max_steps=warmup + timed))
-    timer = StepEvents(trainer.optimizer, warmup, timed, cuda)
+    timer = StepTimer(trainer.optimizer, warmup, timed)
     trainer.fit(data, epochs=100_000)
     seconds = timer.seconds()
     world = trainer.parallel.world_size
