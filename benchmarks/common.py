@@ -11,20 +11,15 @@ this module holds only what belongs to the benchmarks themselves, so that each i
   per-sample CPU augmentation (reflect pad 4 + random crop 32, flip, normalise). Used by
   ``peers.py`` and ``tune_job.py``.
 * :func:`loss_is_output` — the loss function for models whose forward returns the loss.
-* :func:`write_json` — a result file, written atomically through ``gpudoctor.records.atomic``.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
-
-from gpudoctor.records.atomic import write_text_atomic
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -98,8 +93,3 @@ class CifarStyle(Dataset):
 def loss_is_output(loss: torch.Tensor, _target: object) -> torch.Tensor:
     """The engine's ``loss_fn`` for a model whose forward returns the loss (the GPT of models.py)."""
     return loss
-
-
-def write_json(path: str | Path, doc: object, *, indent: int = 2) -> None:
-    """``doc`` as JSON at ``path`` (atomic: a killed run leaves the old file or the new one)."""
-    write_text_atomic(Path(path), json.dumps(doc, indent=indent, default=str) + "\n")

@@ -10,6 +10,7 @@ trains two real steps at the target batch (``measure_point``), each in a fresh m
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -17,12 +18,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import loss_is_output, write_json  # noqa: E402
+from common import loss_is_output  # noqa: E402
 from models import GPT  # noqa: E402  (benchmarks/models.py, shared with the engine benchmark)
 
 from gpudoctor.memory.estimate import EstimateConfig, estimate_memory, measure_point  # noqa: E402
 from gpudoctor.memory.inputs import batch_factory  # noqa: E402
 from gpudoctor.records.units import GIB  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 
 
@@ -72,7 +74,7 @@ def main() -> int:
         "all_within_15pct": all(r["within_15pct"] for r in rows),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.out, result)
+    write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     return 0 if result["all_within_15pct"] else 1
 
 

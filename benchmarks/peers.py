@@ -43,13 +43,14 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CifarStyle, StepTimer, loss_is_output, write_json  # noqa: E402
+from common import CifarStyle, StepTimer, loss_is_output  # noqa: E402
 from models import GPT, GPT2_124M, GPT2_350M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import dist_env  # noqa: E402
 from gpudoctor.train import GpuLoader, LogConfig, Trainer, TrainConfig, presets  # noqa: E402
 from gpudoctor.train.config import CheckpointConfig  # noqa: E402
 from gpudoctor.train.perf import adamw  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 PEAK_BF16_H200 = 989e12
 GPT_TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=128, block_size=16)  # --smoke
@@ -333,7 +334,7 @@ def write_results(args, env, results: dict) -> dict:
         doc = merge_runs(json.loads(args.merge_into.read_text()), doc)
         derived = doc["ratios"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.out, doc)
+    write_text_atomic(args.out, json.dumps(doc, indent=2, default=str) + "\n")
     return derived
 
 

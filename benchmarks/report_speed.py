@@ -22,6 +22,7 @@ from run_factory import make_findings, make_run  # noqa: E402  (the tests' run-d
 
 from gpudoctor.records.rundir import load_run  # noqa: E402
 from gpudoctor.report.html import write_report  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 
 def main() -> int:
@@ -50,7 +51,7 @@ def main() -> int:
         "pass": statistics.median(times) <= 2.0 and size <= 5 * 1024 * 1024,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     print(f"report for a {seconds // 60}-minute run at {hz} Hz on {args.gpus} GPU(s): "
           f"median {result['write_report_s']['median']:.2f} s, {size / 1e6:.2f} MB "
           f"({'pass' if result['pass'] else 'FAIL'})")

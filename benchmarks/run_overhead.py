@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpudoctor.collectors.launch import FULL_WINDOW, RunSpec  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 WARMUP = 5
 BAR_OUTSIDE = 0.02
@@ -302,7 +303,7 @@ def main() -> int:
     result["pass_outside"] = result["overhead_outside_gpu_ms"] <= BAR_OUTSIDE
     result["pass_whole"] = result["overhead_whole_gpu_ms"] <= BAR_WHOLE
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     print(verdict_line(result))
     for line in spread_lines(stats):
         print(line)

@@ -52,6 +52,7 @@ SRC = ROOT / "src"
 WORKER = Path(__file__).resolve().parent / "scaling_worker.py"
 sys.path.insert(0, str(SRC))
 from gpudoctor.records.units import MIB  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 GPU_SIZES = tuple(MIB << k for k in range(13))  # 1 MiB .. 4 GiB, x2
 GPU_QUICK_SIZES = tuple(MIB << k for k in range(0, 13, 2))  # 1 MiB .. 4 GiB, x4
 GOAL_EFFICIENCY, GOAL_MODEL, GOAL_WORLD = 0.90, "gpt", 8
@@ -360,10 +361,10 @@ def main(argv: list[str] | None = None) -> int:
              ("training", lambda: training_part(runnable, **common)))
     for name, fn in parts if full else ():
         run_part(name, fn, doc)
-        args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")  # a killed run keeps the parts done
+        write_text_atomic(args.out, json.dumps(doc, indent=2, default=str) + "\n")  # a killed run keeps the parts done
     text = render(doc)
     print("\n" + text, end="")
-    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    write_text_atomic(args.out, json.dumps(doc, indent=2, default=str) + "\n")
     statuses = [part.get("status") for part in doc["parts"].values()]
     return 0 if statuses and all(s in ("ok", "skipped") for s in statuses) else 1
 

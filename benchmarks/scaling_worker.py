@@ -35,6 +35,7 @@ from models import GPT, GPT2_124M, GPTConfig, resnet18_cifar  # noqa: E402
 
 from gpudoctor.core.dist import destroy_distributed  # noqa: E402
 from gpudoctor.train import LogConfig, ParallelConfig, PrecisionConfig, Trainer, presets  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 GPT_TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=128, block_size=16)
 # (per-device batch, warm-up steps, timed steps) for: full GPU run, --quick on GPU, --cpu
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.empty_cache()
         if env.rank == 0:  # after each model: a later hang or crash keeps what was measured
-            args.out.write_text(json.dumps({"results": results}, indent=2) + "\n")
+            write_text_atomic(args.out, json.dumps({"results": results}, indent=2) + "\n")
     destroy_distributed()
     return 0
 

@@ -39,6 +39,7 @@ from tune_job import (  # noqa: E402
 
 from gpudoctor.train import Trainer  # noqa: E402
 from gpudoctor.tune.target import TuneTarget  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 
 class _Cycle:
@@ -132,7 +133,7 @@ def main_ddp(args: argparse.Namespace) -> int:
         if main:
             report["total_wall_s"] = round(time.perf_counter() - started, 1)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+            write_text_atomic(out, json.dumps(report, indent=2, default=str) + "\n")
 
     tolerance = TuneOptions().tolerance
     last_cost = 0.0

@@ -48,6 +48,7 @@ from tune_job import (  # noqa: E402  (the job; its target is also this module's
 
 from gpudoctor.train import Trainer, TrainConfig  # noqa: E402
 from gpudoctor.tune.target import LoaderSettings  # noqa: E402
+from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
 
 __all__ = ["target"]  # `gpudoctor tune --target benchmarks/tune_resnet18.py:target` loads the job's target
 RESERVE_S = 120.0  # of --budget-s kept from tune all for the epochs, tuned vs defaults and the true limit
@@ -217,7 +218,7 @@ def main_single(args: argparse.Namespace) -> int:
 
     def save() -> None:
         report["total_wall_s"] = round(time.perf_counter() - started, 1)
-        out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        write_text_atomic(out, json.dumps(report, indent=2, default=str) + "\n")
 
     if not torch.cuda.is_available() and not args.allow_cpu:
         report["skipped"].append("no CUDA GPU: nothing measured")

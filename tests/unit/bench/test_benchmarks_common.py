@@ -1,10 +1,9 @@
-"""benchmarks/common.py: the step timer the peer and engine benchmarks share, the CIFAR-style data,
-the atomic result writer (CPU)."""
+"""benchmarks/common.py: the step timer the peer, engine and scaling benchmarks share, and the
+CIFAR-style data (CPU)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -58,11 +57,3 @@ def test_cifar_style_augments_training_data_only(common) -> None:
     assert x.shape == (3, 32, 32) and x.dtype == torch.float32 and 0 <= int(y) < 10
     assert torch.equal(plain[3][0], plain[3][0])  # no randomness without augmentation
     assert len(train) == 8
-
-
-def test_write_json_replaces_the_file(common, tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    common.write_json(out, {"a": 1})
-    common.write_json(out, {"a": 2, "p": Path("x")})
-    assert json.loads(out.read_text()) == {"a": 2, "p": "x"}
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
