@@ -41,6 +41,7 @@ class Located:
     lines: list[str]
     loop: ast.For | None = None
     func: ast.AST | None = None  # the function holding the loop (None: module level)
+    step_func: ast.AST | None = None  # the function holding .backward() (func, or a helper it calls)
     backward: ast.Call | None = None
     step: ast.Call | None = None
     loss: str | None = None
@@ -58,6 +59,8 @@ class Located:
     torch_name: bool = False  # ``import torch`` binds ``torch``
     conv: bool = False  # the file builds convolutions
     notes: list[str] = field(default_factory=list)
+    file: str = ""  # the file located, when it is not the script (a module of its project)
+    import_root: str = ""  # that module's folder on sys.path
 
     def pos(self, node: ast.AST) -> Pos:
         """``(line, character column)`` of ``node`` (ast columns count UTF-8 bytes)."""
@@ -113,25 +116,33 @@ def locate(source: str, path: str = "<script>") -> Located:
     found.autocast = any((c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")) == "autocast"
                          for c, _ in ctx.calls)
     found.conv = any((ctx.qualname(c.func) or "").startswith("torch.nn.Conv") for c, _ in ctx.calls)
-    backwards = [(c, w) for c, w in ctx.calls if is_backward(c) and w.loop is not None]
+    from gpudoctor.fix import methods
+
+    backwards = [(c, w, methods.step_loop(found, w)) for c, w in ctx.calls if is_backward(c)]
+    backwards = [b for b in backwards if b[2] is not None]
     if not backwards:
-        found.notes.append("no .backward() inside a loop: the training loop was not found")
+        found.notes.append("no .backward() inside a loop (or in a helper called once in a loop): "
+                           "the training loop was not found")
         return found
-    backward, where = backwards[0]
-    steps = [c for c, w in ctx.calls if is_optimizer_step(c, ctx, w) and where.loop in w.loops]
-    if not isinstance(where.loop, ast.For) or not steps:
-        found.notes.append("the loop that calls .backward() does not step an optimizer in a for loop")
+    backward, where, (loop, func) = backwards[0]
+    steps = [c for c, w in ctx.calls if is_optimizer_step(c, ctx, w)
+             and (loop in w.loops or (where.loop is None and w.func is where.func))]
+    if not isinstance(loop, (ast.For, ast.While)) or not steps:
+        found.notes.append("the loop that calls .backward() does not step an optimizer")
         return found
-    found.loop, found.func, found.backward, found.step = where.loop, where.func, backward, steps[0]
+    found.loop, found.func, found.backward, found.step = loop, func, backward, steps[0]
+    found.step_func = where.func
     if isinstance(backward.func, ast.Attribute) and isinstance(backward.func.value, ast.Name):
         found.loss = backward.func.value.id
     step_recv = steps[0].func.value if isinstance(steps[0].func, ast.Attribute) else None
-    if isinstance(step_recv, ast.Name):
-        found.optimizer = step_recv.id
+    found.optimizer = methods.key(step_recv) if step_recv is not None else None
     _find_model(found)
-    _find_loader(found)
+    if not methods.find_loader(found):
+        _find_loader(found)
     _find_batch_moves(found)
     _find_forward(found)
+    if found.model is None:
+        methods.find_model(found)
     return found
 
 
@@ -226,8 +237,8 @@ def _assigned_in_every_arm(stmt: ast.AST, name: str) -> bool:
 
 def _find_model(found: Located) -> None:
     ctx = found.ctx
-    if found.optimizer is None:
-        return
+    if found.optimizer is None or "." in found.optimizer:
+        return  # self.optimizer: methods.find_model, through the forward
     opt, scope = origin(found, found.optimizer, found.func)
     outer = None
     for value in ctx.assigned(opt, scope):
@@ -283,7 +294,8 @@ def _find_loader(found: Located) -> None:
 
 def _find_batch_moves(found: Located) -> None:
     loop = found.loop
-    found.batch_names = frozenset(_names(loop.target))
+    if isinstance(loop, ast.For):
+        found.batch_names = frozenset(_names(loop.target))
     for node in ast.walk(loop):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("to", "cuda")):

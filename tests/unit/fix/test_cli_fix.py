@@ -75,16 +75,16 @@ def test_measured_fix_keeps_the_loader_change_that_is_faster(tmp_path: Path) -> 
 
 
 def test_a_training_loop_it_cannot_locate_gets_the_prescription_as_text_and_exit_1(tmp_path: Path) -> None:
-    # the same loader-bound training, inside a trainer class: the loop iterates self.loader
+    # the same loader-bound training, inside a trainer class: the loop iterates a dict's entry
     text = fix_scripts.LOADER_BOUND.replace(
         "def main():\n    torch.manual_seed(0)\n    loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
         "    model = torch.nn.Linear(8, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "    total = 0.0\n    for step, (x, y) in enumerate(loader):\n",
-        "class Trainer:\n    def __init__(self):\n        self.loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
+        "class Trainer:\n    def __init__(self):\n        self.loaders = {\"train\": DataLoader(Slow(), batch_size=4, shuffle=True)}\n"
         "        self.model = torch.nn.Linear(8, 1)\n"
         "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)\n\n"
         "    def fit(self):\n        model, optimizer, total = self.model, self.opt, 0.0\n"
-        "        for x, y in self.loader:\n",
+        "        for x, y in self.loaders[\"train\"]:\n",
     ).replace("\n        optimizer.zero_grad()", "\n            optimizer.zero_grad()").replace(
         "\n        loss = torch", "\n            loss = torch").replace("\n        loss.backward()", "\n            loss.backward()").replace(
         "\n        optimizer.step()", "\n            optimizer.step()").replace(
