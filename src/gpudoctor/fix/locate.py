@@ -12,8 +12,11 @@ Everything here is static and conservative, built on lint's file context
   that assigns the loss ``.backward()`` is called on — simple statements only;
 - the batch copies: ``.to(...)``/``.cuda()`` on the loop's target names.
 
-A construct not matched exactly (a training step in a helper, ``**kwargs`` into the loader, a loss
-computed in a ``with`` block ...) leaves the field ``None`` and the finding gets text advice.
+Trainer classes (``self.model``, ``self.optimizer``, a step helper the loop calls, a ``while`` loop
+over ``next(iter(loader))``) are resolved by :mod:`gpudoctor.fix.methods`; a loop in another module
+of the project by :mod:`gpudoctor.fix.project`. A construct not matched exactly (``**kwargs`` into
+the loader, a loss computed in a ``with`` block ...) leaves the field ``None`` and the finding gets
+text advice.
 """
 
 from __future__ import annotations
