@@ -98,3 +98,22 @@ def test_a_training_loop_it_cannot_locate_gets_the_prescription_as_text_and_exit
     assert "GD-RUN-DATALOADER: no patch (loader: the training loop does not iterate a named loader)" in result.stdout
     assert "num_workers" in result.stdout  # the finding's own fix, as text
     assert script.read_text(encoding="utf-8") == text and not list(tmp_path.glob("train.py.orig*"))
+
+
+def test_a_loop_in_a_module_of_the_project_is_patched_there_with_its_own_backup(tmp_path: Path) -> None:
+    script = _script(tmp_path, fix_scripts.TRAINER_SCRIPT)
+    (tmp_path / "slowpkg").mkdir()
+    (tmp_path / "slowpkg" / "__init__.py").write_text("", encoding="utf-8")
+    module = tmp_path / "slowpkg" / "fitter.py"
+    module.write_text(fix_scripts.TRAINER_MODULE, encoding="utf-8")
+    result = gpudoctor("fix", "--write", "--no-measure", "--steps", "12", "--out", "rd", "train.py", cwd=tmp_path,
+                       timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "+++ slowpkg/fitter.py (fixed)" in result.stdout and "wrote " in result.stdout
+    fixed = module.read_text(encoding="utf-8")
+    assert "# gpudoctor fix: GD-RUN-DATALOADER — " in fixed and "num_workers=" in fixed
+    assert (tmp_path / "slowpkg" / "fitter.py.orig").read_text(encoding="utf-8") == fix_scripts.TRAINER_MODULE
+    assert script.read_text(encoding="utf-8") == fix_scripts.TRAINER_SCRIPT and not list(tmp_path.glob("train.py.orig*"))
+    ran = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                         timeout=180)
+    assert ran.returncode == 0 and "END OF SCRIPT" in ran.stdout, ran.stderr
