@@ -299,13 +299,17 @@ def _find_batch_moves(found: Located) -> None:
     loop = found.loop
     if isinstance(loop, ast.For):
         found.batch_names = frozenset(_names(loop.target))
+    # ``[t.to(device) for t in batch]``: the comprehension's name is a batch tensor too
+    names = found.batch_names | {n for c in ast.walk(loop) if isinstance(c, ast.comprehension)
+                                 and isinstance(c.iter, ast.Name) and c.iter.id in found.batch_names
+                                 for n in _names(c.target)}
     for node in ast.walk(loop):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("to", "cuda")):
             continue
         recv = node.func.value
         base = recv.value if isinstance(recv, ast.Subscript) else recv
-        if isinstance(base, ast.Name) and base.id in found.batch_names:
+        if isinstance(base, ast.Name) and base.id in names:
             if not any(k.arg in ("non_blocking", None) for k in node.keywords):
                 found.batch_moves.append(node)
             else:
