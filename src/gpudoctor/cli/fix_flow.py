@@ -253,6 +253,7 @@ def _payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backup
     def judged(outcome) -> dict:
         j = outcome.comparison.judgement if outcome.comparison is not None else None
         return {"kind": outcome.change.kind, "code": outcome.change.code, "why": outcome.change.why,
+                "file": outcome.change.file or str(script),
                 "precision": outcome.change.precision, "kept": outcome.kept,
                 "verdict": j.verdict if j is not None else None, "gain": j.gain if j is not None else None,
                 "noise": j.noise if j is not None else None,

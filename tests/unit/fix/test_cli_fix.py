@@ -42,8 +42,8 @@ def test_diff_leaves_the_file_untouched_and_no_measure_write_makes_a_script_that
     payload = json.loads(result.stdout)  # the script's own output went to stderr
     assert "+    loader = DataLoader(Slow(), batch_size=4, shuffle=True, num_workers=" in payload["diff"]
     (change,) = payload["changes"]
-    assert (change["kind"], change["code"], change["kept"], change["verdict"]) == (
-        "loader", "GD-RUN-DATALOADER", True, None)
+    assert (change["kind"], change["code"], change["kept"], change["verdict"], change["file"]) == (
+        "loader", "GD-RUN-DATALOADER", True, None, "train.py")
     assert payload["written"] is None and payload["exit_code"] == 0 and payload["after"] is None
     assert not list(tmp_path.glob("train.py.orig*"))
 
