@@ -110,7 +110,8 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
                 sep = prev if multiline else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
                 tail = args[-1].whitespace_after_arg
                 args[-1] = args[-1].with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
-                extra = [a.with_changes(comma=sep) for a in extra[:-1]] + [extra[-1].with_changes(whitespace_after_arg=tail)]
+                extra = [a.with_changes(comma=sep) for a in extra[:-1]] + [
+                    extra[-1].with_changes(whitespace_after_arg=tail)]
             return call.with_changes(args=[*args, *extra])
 
         def _body(self, originals, updated) -> list:

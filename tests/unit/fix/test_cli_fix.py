@@ -80,7 +80,8 @@ def test_a_training_loop_it_cannot_locate_gets_the_prescription_as_text_and_exit
         "def main():\n    torch.manual_seed(0)\n    loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
         "    model = torch.nn.Linear(8, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "    total = 0.0\n    for step, (x, y) in enumerate(loader):\n",
-        "class Trainer:\n    def __init__(self):\n        self.loaders = {\"train\": DataLoader(Slow(), batch_size=4, shuffle=True)}\n"
+        "class Trainer:\n    def __init__(self):\n"
+        "        self.loaders = {\"train\": DataLoader(Slow(), batch_size=4, shuffle=True)}\n"
         "        self.model = torch.nn.Linear(8, 1)\n"
         "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)\n\n"
         "    def fit(self):\n        model, optimizer, total = self.model, self.opt, 0.0\n"
@@ -113,7 +114,8 @@ def test_a_loop_in_a_module_of_the_project_is_patched_there_with_its_own_backup(
     fixed = module.read_text(encoding="utf-8")
     assert "# gpudoctor fix: GD-RUN-DATALOADER — " in fixed and "num_workers=" in fixed
     assert (tmp_path / "slowpkg" / "fitter.py.orig").read_text(encoding="utf-8") == fix_scripts.TRAINER_MODULE
-    assert script.read_text(encoding="utf-8") == fix_scripts.TRAINER_SCRIPT and not list(tmp_path.glob("train.py.orig*"))
+    assert script.read_text(encoding="utf-8") == fix_scripts.TRAINER_SCRIPT
+    assert not list(tmp_path.glob("train.py.orig*"))
     ran = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env(), capture_output=True, text=True,
                          timeout=180)
     assert ran.returncode == 0 and "END OF SCRIPT" in ran.stdout, ran.stderr

@@ -75,7 +75,8 @@ def test_info_findings_get_nothing_in_a_class() -> None:
 
 def test_a_model_attribute_reassigned_outside_init_gets_text_advice() -> None:
     source = CLASS_SCRIPT.read_text(encoding="utf-8").replace(
-        "    def fit(self, epochs):\n", "    def fit(self, epochs):\n        if epochs > 3:\n            self.net = self.net.half()\n")
+        "    def fit(self, epochs):\n",
+        "    def fit(self, epochs):\n        if epochs > 3:\n            self.net = self.net.half()\n")
     plan = plan_fix(locate(source), findings("GD-RUN-LAUNCH-BOUND"), CONFIG)
     assert not plan.changes
     assert [a.code for a in plan.advice] == ["GD-RUN-LAUNCH-BOUND"] and "self.net" in plan.advice[0].reason
@@ -116,7 +117,8 @@ def test_the_patched_module_is_what_the_run_dir_copy_imports(tmp_path: Path) -> 
     (copy / "count.py").write_text(fixed[""], encoding="utf-8")
     _copy_module(copy, Path(found.file), Path(found.import_root), fixed[found.file])
     assert (copy / "toyfit" / "__init__.py").is_file()
-    probe = "import toyfit.loop, sys; print(toyfit.loop.__file__); print('num_workers=8' in open(toyfit.loop.__file__).read())"
+    probe = ("import toyfit.loop; print(toyfit.loop.__file__); "
+             "print('num_workers=8' in open(toyfit.loop.__file__).read())")
     out = subprocess.run([sys.executable, "-c", probe], cwd=copy, capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(project), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
