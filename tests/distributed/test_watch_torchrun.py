@@ -35,7 +35,10 @@ with gpudoctor.watch(steps=12, sample=False, quiet=True) as w:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(); loss.backward(); opt.step()
         if i == 15: break
-print("RESULT", dist.get_rank(), w.status, w.run_dir, i + 1)
+# one file per rank: two ranks printing to one pipe interleave their words when stdout is
+# unbuffered (PYTHONUNBUFFERED=1)
+with open(f"result-{dist.get_rank()}.txt", "w") as f:
+    f.write(f"RESULT {dist.get_rank()} {w.status} {w.run_dir} {i + 1}\\n")
 dist.destroy_process_group()
 """
 
@@ -49,7 +52,7 @@ def test_every_rank_writes_its_files_into_one_run_directory(tmp_path: Path) -> N
     out = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "train.py"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=240, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    results = sorted(line.split()[1:] for line in out.stdout.splitlines() if line.startswith("RESULT"))
+    results = sorted(path.read_text().split()[1:] for path in tmp_path.glob("result-*.txt"))
     assert [r[0] for r in results] == ["0", "1"] and {r[1] for r in results} == {"stopped"}
     assert {r[3] for r in results} == {"16"}  # both loops went on after the 12 observed steps
     (run_dir,) = {r[2] for r in results}

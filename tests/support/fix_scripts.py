@@ -39,3 +39,55 @@ def main():
 if __name__ == "__main__":
     main()
 '''
+
+# The same loader-bound training in a trainer class of a package of the project (slowpkg/fitter.py);
+# the script only builds the parts and calls it (the minGPT shape: the loop in another module).
+TRAINER_MODULE = '''\
+import time
+
+import torch
+from torch.utils.data import DataLoader
+
+
+class Fitter:
+    def __init__(self, model, dataset):
+        self.model = model
+        self.dataset = dataset
+
+    def fit(self):
+        model = self.model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(self.dataset, batch_size=4, shuffle=True)
+        total = 0.0
+        for x, y in loader:
+            self.optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            time.sleep(0.012)
+            total += float(loss)
+        return total
+'''
+
+TRAINER_SCRIPT = '''\
+import time
+
+import torch
+from torch.utils.data import Dataset
+
+from slowpkg.fitter import Fitter
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.randn(8), torch.randn(1)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    print("END OF SCRIPT", Fitter(torch.nn.Linear(8, 1), Slow()).fit())
+'''

@@ -31,12 +31,12 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     from gpudoctor.cli.run import _one
     from gpudoctor.collectors import outdir
     from gpudoctor.collectors.launch import DEFAULT_STEPS, default_run_dir
-    from gpudoctor.fix.locate import locate
+    from gpudoctor.fix.project import locate_project
 
     console = stdout_console()
     source = script.read_bytes().decode("utf-8")  # newlines as they are (CRLF kept)
     try:
-        found = locate(source, str(script))
+        found = locate_project(script, source)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         text = (f"{script}{f':{line}' if line else ''}: cannot parse it ({getattr(exc, 'msg', exc)}); "
@@ -67,24 +67,29 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
         return b_out.exit_code or 1
     config = b_run.configs[min(b_run.configs)] if b_run.configs else None
     changes, advice, lint_codes = _plan(source, script, found, findings or [], config)
+    sources = {"": source}
+    if found.file:  # the loop lives in another module of the project: that file is patched too
+        sources[found.file] = Path(found.file).read_bytes().decode("utf-8")
     env = script_dir_on_path(script)
     try:
-        outcomes, final, final_cmp, final_run = _measure_all(
-            source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile,
-            steps_given)
+        outcomes, finals, final_cmp, final_run = _measure_all(
+            sources, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats, measure, profile,
+            steps_given, found.import_root)
     finally:
         restore(env)
-    code = 1 if advice and final == source else 0
-    backup = write_fixed(script, source, final) if final != source and write else None
+    changed = [f for f in sources if finals[f] != sources[f]]
+    code = 1 if advice and not changed else 0
+    backups = [write_fixed(Path(f) if f else script, sources[f], finals[f]) for f in changed] if write else []
+    diff = "".join(_diffs(sources, finals, script))
     if json_output:
         from gpudoctor.cli.output import emit_json
 
-        emit_json(_payload(script, source, final, outcomes, advice, b_run, final_cmp, final_run, backup, base, code))
+        emit_json(_payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backups, base, code))
         return code
-    _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run)
-    if backup is not None:
-        console.print(f"wrote {script} (the original kept as {backup})", highlight=False, markup=False)
-    elif final != source:
+    _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run)
+    for f, saved in zip(changed, backups):
+        console.print(f"wrote {f or script} (the original kept as {saved})", highlight=False, markup=False)
+    if changed and not backups:
         console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}",
                       highlight=False, markup=False)
     console.print(f"run directory: {base}", highlight=False, markup=False)
@@ -106,6 +111,28 @@ def _plan(source: str, script: Path, found: Any, findings: list, config: Any):
     if lint_codes:
         changes.append(Change(kind="lint", code=",".join(lint_codes), why="lint --fix's safe rewrites", ops=()))
     return changes, plan.advice, lint_codes
+
+
+def _diffs(sources: dict[str, str], finals: dict[str, str], script: Path) -> list[str]:
+    from gpudoctor.fix.view import unified_diff
+
+    import os
+
+    def name(f: str) -> str:
+        rel = os.path.relpath(f) if f else str(script)
+        return f if rel.startswith("..") else rel
+
+    return [unified_diff(sources[f], finals[f], name(f)) for f in sources if finals[f] != sources[f]]
+
+
+def patch_all(sources: dict[str, str], script: Path, changes: list) -> tuple[dict[str, str], list]:
+    """Each file of ``sources`` (``""``: the script) with its changes applied; the changes dropped."""
+    finals, dropped = {}, []
+    for f, text in sources.items():
+        mine = [c for c in changes if c.file == f]
+        finals[f], lost = patch(text, script, mine)
+        dropped += lost
+    return finals, dropped
 
 
 def patch(source: str, script: Path, changes: list) -> tuple[str, list]:
@@ -130,14 +157,14 @@ def _slow_start(kinds: list[str], steps: int, steps_given: bool) -> tuple[int, b
     return steps, True
 
 
-def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats,
-                 measure, profile, steps_given=True):
+def _measure_all(sources, script, changes, lint_codes, command, base, b_out, b_run, steps, repeats,
+                 measure, profile, steps_given=True, import_root=""):
     from gpudoctor.fix.view import Outcome
 
     outcomes: list[Outcome] = []
     for i, change in enumerate(changes, 1):
-        code, dropped = patch(source, script, [change])
-        if dropped or code == source:
+        code, dropped = patch_all(sources, script, [change])
+        if dropped or code == sources:
             continue  # not applicable whole: planned but not located (reported by the plan)
         if not measure:
             outcomes.append(Outcome(change=change))
@@ -145,11 +172,11 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
         folder = base / f"fix-{i}-{change.kind}"
         n, reuse = _slow_start([change.kind], steps, steps_given)
         comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run) if reuse else None, n, repeats,
-                                     profile, change.kind)
+                                     profile, change.kind, import_root)
         kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
         outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
     kept = [o.change for o in outcomes if o.kept]
-    final, _ = patch(source, script, kept)
+    final, _ = patch_all(sources, script, kept)
     final_cmp = final_run = None
     measured = [o for o in outcomes if o.kept and o.comparison is not None]
     if len(measured) == 1:
@@ -158,7 +185,7 @@ def _measure_all(source, script, changes, lint_codes, command, base, b_out, b_ru
     elif len(measured) > 1:
         n, reuse = _slow_start([c.kind for c in kept], steps, steps_given)
         final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run) if reuse else None,
-                                            n, repeats, profile, "all kept changes")
+                                            n, repeats, profile, "all kept changes", import_root)
     return outcomes, final, final_cmp, final_run
 
 
@@ -169,7 +196,22 @@ def _first_try(comparison) -> Any:
     return load_run(Path(path)) if path else None
 
 
-def _measure_one(code, script, command, folder: Path, first, steps, repeats, profile, what: str):
+def _copy_module(folder: Path, path: Path, root: Path, code: str) -> None:
+    """The patched module in the run-dir copy: its top-level package copied beside the script's
+    copy (the copy's folder comes first on ``sys.path``), the module replaced there."""
+    import shutil
+
+    from gpudoctor.records.atomic import write_text_atomic
+
+    rel = path.resolve().relative_to(root.resolve())
+    if len(rel.parts) > 1 and not (folder / rel.parts[0]).exists():
+        shutil.copytree(root / rel.parts[0], folder / rel.parts[0],
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / rel, code)
+
+
+def _measure_one(codes, script, command, folder: Path, first, steps, repeats, profile, what: str, import_root=""):
     """Interleaved A/B of the patched copy in ``folder`` against the original (``first`` reused)."""
     from gpudoctor.cli.run import _one
     from gpudoctor.cli.try_runs import measure
@@ -177,7 +219,10 @@ def _measure_one(code, script, command, folder: Path, first, steps, repeats, pro
 
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / script.name
-    write_text_atomic(copy, code)
+    write_text_atomic(copy, codes[""])
+    for f, text in codes.items():
+        if f:
+            _copy_module(folder, Path(f), Path(import_root), text)
     patched = patched_command(command, copy)
     runs: dict[str, Any] = {}
 
@@ -199,15 +244,16 @@ def _measure_one(code, script, command, folder: Path, first, steps, repeats, pro
     return result.comparison, tried
 
 
-def _payload(script, source, final, outcomes, advice, b_run, final_cmp, final_run, backup, base, code) -> dict:
+def _payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backups, base, code) -> dict:
     """The ``--json`` form: every change with its verdict, the advice, the diff and the table."""
     import dataclasses
 
-    from gpudoctor.fix.view import figures, losses, unified_diff
+    from gpudoctor.fix.view import figures, losses
 
     def judged(outcome) -> dict:
         j = outcome.comparison.judgement if outcome.comparison is not None else None
         return {"kind": outcome.change.kind, "code": outcome.change.code, "why": outcome.change.why,
+                "file": outcome.change.file or str(script),
                 "precision": outcome.change.precision, "kept": outcome.kept,
                 "verdict": j.verdict if j is not None else None, "gain": j.gain if j is not None else None,
                 "noise": j.noise if j is not None else None,
@@ -219,19 +265,20 @@ def _payload(script, source, final, outcomes, advice, b_run, final_cmp, final_ru
         "script": str(script), "run_dir": str(base),
         "changes": [judged(o) for o in outcomes],
         "advice": [dataclasses.asdict(a) for a in advice],
-        "diff": unified_diff(source, final, str(script)),
+        "diff": diff,
         "before": dataclasses.asdict(before) if before is not None else None,
         "after": dataclasses.asdict(after) if after is not None else None,
         "gain": final_cmp.gain if final_cmp is not None else None,
         "noise": final_cmp.judgement.noise if final_cmp is not None and final_cmp.judgement is not None else None,
         "loss": {"before": losses(b_run), "after": losses(final_run)},
-        "written": str(backup) if backup is not None else None,
+        "written": str(backups[0]) if backups else None,
+        "backups": [str(b) for b in backups],
         "exit_code": code,
     }
 
 
-def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, final_run) -> None:
-    from gpudoctor.fix.view import advice_lines, change_line, figures, loss_table, losses, table, unified_diff
+def _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run) -> None:
+    from gpudoctor.fix.view import advice_lines, change_line, figures, loss_table, losses, table
 
     name = str(script)
     if not outcomes and not advice:
@@ -240,8 +287,8 @@ def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, 
         console.print(change_line(i, outcome), highlight=False, markup=False)
     for line in advice_lines(advice):  # code lines: never wrapped
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    if final != source:
-        console.print(unified_diff(source, final, name), highlight=False, markup=False, end="", soft_wrap=True)
+    if diff:
+        console.print(diff, highlight=False, markup=False, end="", soft_wrap=True)
     before = figures(final_cmp, "before", b_run)
     after = figures(final_cmp, "after", final_run) if final_cmp is not None else None
     if final_cmp is None:
@@ -253,7 +300,7 @@ def _render(console, script, source, final, outcomes, advice, b_run, final_cmp, 
     elif any(o.comparison is not None for o in outcomes):
         title = "before (no change measured faster: nothing to apply)"
     else:
-        title = "before (the patch was not measured)" if final != source else "before"
+        title = "before (the patch was not measured)" if diff else "before"
     console.print(table(before, after, title))
     precision = [o.change.kind for o in outcomes if o.kept and o.change.precision]
     if final_run is not None:

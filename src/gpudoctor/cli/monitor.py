@@ -101,8 +101,8 @@ def register(app: typer.Typer) -> None:
             "directory; nothing is sampled then."
         ),
         log: Path | None = typer.Option(
-            None, "--log", help="Append samples to FILE: *.csv (nvidia-smi columns first) or "
-            "*.jsonl; host samples go to FILE's sibling <stem>.host.<suffix>."
+            None, "--log", "--out", "-o", help="Append samples to FILE: *.csv (nvidia-smi columns "
+            "first) or *.jsonl; host samples go to FILE's sibling <stem>.host.<suffix>."
         ),
         once: bool = typer.Option(False, "--once", help="Take one snapshot and exit."),
         json_output: bool = typer.Option(

@@ -103,9 +103,15 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
                 args[-1] = args[-1].with_changes(comma=between)
                 extra = [a.with_changes(comma=between) for a in extra[:-1]] + [extra[-1].with_changes(comma=closing)]
             elif extra and args:
-                args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                extra = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                         for a in extra[:-1]] + [extra[-1]]
+                # one argument per line without a trailing comma: the new ones one per line too,
+                # the closing parenthesis keeps its line
+                prev = args[-2].comma if len(args) > 1 else None
+                multiline = isinstance(prev, cst.Comma) and "\n" in cst.Module(body=[]).code_for_node(prev)
+                sep = prev if multiline else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                tail = args[-1].whitespace_after_arg
+                args[-1] = args[-1].with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
+                extra = [a.with_changes(comma=sep) for a in extra[:-1]] + [
+                    extra[-1].with_changes(whitespace_after_arg=tail)]
             return call.with_changes(args=[*args, *extra])
 
         def _body(self, originals, updated) -> list:

@@ -12,8 +12,11 @@ Everything here is static and conservative, built on lint's file context
   that assigns the loss ``.backward()`` is called on — simple statements only;
 - the batch copies: ``.to(...)``/``.cuda()`` on the loop's target names.
 
-A construct not matched exactly (a training step in a helper, ``**kwargs`` into the loader, a loss
-computed in a ``with`` block ...) leaves the field ``None`` and the finding gets text advice.
+Trainer classes (``self.model``, ``self.optimizer``, a step helper the loop calls, a ``while`` loop
+over ``next(iter(loader))``) are resolved by :mod:`gpudoctor.fix.methods`; a loop in another module
+of the project by :mod:`gpudoctor.fix.project`. A construct not matched exactly (``**kwargs`` into
+the loader, a loss computed in a ``with`` block ...) leaves the field ``None`` and the finding gets
+text advice.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Located:
     lines: list[str]
     loop: ast.For | None = None
     func: ast.AST | None = None  # the function holding the loop (None: module level)
+    step_func: ast.AST | None = None  # the function holding .backward() (func, or a helper it calls)
     backward: ast.Call | None = None
     step: ast.Call | None = None
     loss: str | None = None
@@ -58,6 +62,8 @@ class Located:
     torch_name: bool = False  # ``import torch`` binds ``torch``
     conv: bool = False  # the file builds convolutions
     notes: list[str] = field(default_factory=list)
+    file: str = ""  # the file located, when it is not the script (a module of its project)
+    import_root: str = ""  # that module's folder on sys.path
 
     def pos(self, node: ast.AST) -> Pos:
         """``(line, character column)`` of ``node`` (ast columns count UTF-8 bytes)."""
@@ -113,25 +119,33 @@ def locate(source: str, path: str = "<script>") -> Located:
     found.autocast = any((c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")) == "autocast"
                          for c, _ in ctx.calls)
     found.conv = any((ctx.qualname(c.func) or "").startswith("torch.nn.Conv") for c, _ in ctx.calls)
-    backwards = [(c, w) for c, w in ctx.calls if is_backward(c) and w.loop is not None]
+    from gpudoctor.fix import methods
+
+    backwards = [(c, w, methods.step_loop(found, w)) for c, w in ctx.calls if is_backward(c)]
+    backwards = [b for b in backwards if b[2] is not None]
     if not backwards:
-        found.notes.append("no .backward() inside a loop: the training loop was not found")
+        found.notes.append("no .backward() inside a loop (or in a helper called once in a loop): "
+                           "the training loop was not found")
         return found
-    backward, where = backwards[0]
-    steps = [c for c, w in ctx.calls if is_optimizer_step(c, ctx, w) and where.loop in w.loops]
-    if not isinstance(where.loop, ast.For) or not steps:
-        found.notes.append("the loop that calls .backward() does not step an optimizer in a for loop")
+    backward, where, (loop, func) = backwards[0]
+    steps = [c for c, w in ctx.calls if is_optimizer_step(c, ctx, w)
+             and (loop in w.loops or (where.loop is None and w.func is where.func))]
+    if not isinstance(loop, (ast.For, ast.While)) or not steps:
+        found.notes.append("the loop that calls .backward() does not step an optimizer")
         return found
-    found.loop, found.func, found.backward, found.step = where.loop, where.func, backward, steps[0]
+    found.loop, found.func, found.backward, found.step = loop, func, backward, steps[0]
+    found.step_func = where.func
     if isinstance(backward.func, ast.Attribute) and isinstance(backward.func.value, ast.Name):
         found.loss = backward.func.value.id
     step_recv = steps[0].func.value if isinstance(steps[0].func, ast.Attribute) else None
-    if isinstance(step_recv, ast.Name):
-        found.optimizer = step_recv.id
+    found.optimizer = methods.key(step_recv) if step_recv is not None else None
     _find_model(found)
-    _find_loader(found)
+    if not methods.find_loader(found):
+        _find_loader(found)
     _find_batch_moves(found)
     _find_forward(found)
+    if found.model is None:
+        methods.find_model(found)
     return found
 
 
@@ -226,8 +240,8 @@ def _assigned_in_every_arm(stmt: ast.AST, name: str) -> bool:
 
 def _find_model(found: Located) -> None:
     ctx = found.ctx
-    if found.optimizer is None:
-        return
+    if found.optimizer is None or "." in found.optimizer:
+        return  # self.optimizer: methods.find_model, through the forward
     opt, scope = origin(found, found.optimizer, found.func)
     outer = None
     for value in ctx.assigned(opt, scope):
@@ -283,14 +297,19 @@ def _find_loader(found: Located) -> None:
 
 def _find_batch_moves(found: Located) -> None:
     loop = found.loop
-    found.batch_names = frozenset(_names(loop.target))
+    if isinstance(loop, ast.For):
+        found.batch_names = frozenset(_names(loop.target))
+    # ``[t.to(device) for t in batch]``: the comprehension's name is a batch tensor too
+    names = found.batch_names | {n for c in ast.walk(loop) if isinstance(c, ast.comprehension)
+                                 and isinstance(c.iter, ast.Name) and c.iter.id in found.batch_names
+                                 for n in _names(c.target)}
     for node in ast.walk(loop):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("to", "cuda")):
             continue
         recv = node.func.value
         base = recv.value if isinstance(recv, ast.Subscript) else recv
-        if isinstance(base, ast.Name) and base.id in found.batch_names:
+        if isinstance(base, ast.Name) and base.id in names:
             if not any(k.arg in ("non_blocking", None) for k in node.keywords):
                 found.batch_moves.append(node)
             else:

@@ -54,6 +54,8 @@ class Change:
         ops: the located edits.
         precision: it changes the numerics (bf16/fp16 autocast, TF32): named as such, and the loss
             of the first steps before and after is compared.
+        file: the path of the module its ops are in when the training loop lives in another file
+            of the script's project (:mod:`gpudoctor.fix.project`); ``""``: the script.
     """
 
     kind: str
@@ -61,6 +63,7 @@ class Change:
     why: str
     ops: tuple[Op, ...]
     precision: bool = False
+    file: str = ""  # the file its ops are in, when not the script (a module of its project)
 
     @property
     def comment(self) -> str:

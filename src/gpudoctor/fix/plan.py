@@ -138,6 +138,8 @@ def _fp16_ops(found: Located) -> tuple[list[Op], str]:
     a gradient clip, step through the scaler, update it after the step."""
     if found.autocast or "scaler" in found.ctx.source:
         return [], "the script already uses autocast or a name `scaler`"
+    if found.step_func is not found.func:
+        return [], "the step is in a helper of the loop's function: the GradScaler has no one place"
     step_stmt, back_stmt = found.stmt_of(found.step), found.stmt_of(found.backward)
     if found.forward is None or not isinstance(back_stmt, ast.Expr) or not isinstance(step_stmt, ast.Expr) \
             or found.loss is None or found.optimizer is None or found.step.args:
@@ -182,7 +184,8 @@ def _change(kind: str, code: str, found: Located, config: RankConfig | None,
     ops, reason = _ops(kind, found, config, on_gpu)
     if not ops:
         return None, reason
-    return Change(kind=kind, code=code, why=WHY[kind], ops=tuple(ops), precision=kind in PRECISION), ""
+    return Change(kind=kind, code=code, why=WHY[kind], ops=tuple(ops), precision=kind in PRECISION,
+                  file=found.file), ""
 
 
 def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:

@@ -31,4 +31,16 @@ def gib_number(n: float | None, digits: int = 1) -> str:
     return MISSING if n is None else f"{n / GIB:.{digits}f}"
 
 
-__all__ = ["GIB", "KIB", "MIB", "MISSING", "gib_number", "human_bytes"]
+def figure(value: float | None, unit: str = "") -> str:
+    """A measured figure to about three significant digits (``784``, ``55.5``, ``0.93``;
+    thousands separated: ``38,298``), ``unit`` appended; ``MISSING`` for ``None``."""
+    if value is None:
+        return MISSING
+    if abs(value) >= 100:
+        return f"{value:,.0f}{unit}"
+    if abs(value) >= 10:
+        return f"{value:.1f}{unit}"
+    return f"{value:.2f}{unit}"
+
+
+__all__ = ["GIB", "KIB", "MIB", "MISSING", "figure", "gib_number", "human_bytes"]

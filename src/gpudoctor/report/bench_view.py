@@ -11,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.bench import BenchReport, BenchResult, BenchVerdict, LinkState
+from gpudoctor.records.units import MISSING
+from gpudoctor.records.units import figure as num
 from gpudoctor.report.fit import Fit
 
 _TITLES = {
@@ -27,19 +29,8 @@ _STYLE = {
 }
 
 
-def num(value: float | None) -> str:
-    """Three significant-ish digits: ``784``, ``55.5``, ``0.93``; ``N/A`` when unknown."""
-    if value is None:
-        return "N/A"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
 def _range(r: BenchResult) -> str:
-    return "N/A" if r.p10 is None or r.p90 is None else f"{num(r.p10)}–{num(r.p90)}"
+    return MISSING if r.p10 is None or r.p90 is None else f"{num(r.p10)}–{num(r.p90)}"
 
 
 def _fraction(r: BenchResult) -> str:
@@ -95,7 +86,7 @@ def _table(section: str, rows: list[BenchResult], notes: dict[str, int]) -> Tabl
 
 def _link_line(link: LinkState) -> str:
     def opt(v, fmt="{}"):
-        return "N/A" if v is None else fmt.format(v)
+        return MISSING if v is None else fmt.format(v)
 
     parts = [f"GPU {link.index} {link.name}".rstrip()]
     if link.pcie_gen_current is not None or link.pcie_gen_max is not None:
@@ -104,7 +95,7 @@ def _link_line(link: LinkState) -> str:
             f"(max Gen{opt(link.pcie_gen_max)} x{opt(link.pcie_width_max)})"
         )
     else:
-        parts.append("PCIe N/A")
+        parts.append(f"PCIe {MISSING}")
     parts.append(f"NVLink {opt(link.nvlink_active_links)} active")
     if link.p2p_peers is not None:
         parts.append("P2P with " + (", ".join(f"GPU {p}" for p in link.p2p_peers) if link.p2p_peers else "none"))

@@ -11,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
+from gpudoctor.records.units import MISSING, human_bytes
+from gpudoctor.records.units import figure as _num
 from gpudoctor.report.fit import Fit
 
 _STYLE = {
@@ -35,24 +37,14 @@ _TITLES = {
 }
 
 
-def _num(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 100:
-        return f"{value:,.0f}{unit}"
-    if abs(value) >= 10:
-        return f"{value:.1f}{unit}"
-    return f"{value:.2f}{unit}"
-
-
 def _spread(trial: Trial) -> str:
     if trial.spread is None:
-        return "—"
+        return MISSING
     return f"±{trial.spread:.1%} ({len(trial.rates)})"
 
 
 def _mem(value: int | None) -> str:
-    return "—" if value is None else f"{value / 2**30:.2f} GiB"
+    return human_bytes(value, digits=2)
 
 
 def _verdict(trial: Trial) -> Text:

@@ -53,7 +53,7 @@ def test_missing_link_readings_print_na(gpu_report) -> None:
 
     bare = LinkState(index=0, unavailable={"pcie": "NVML unavailable (NVMLError_LibraryNotFound)"})
     text = _render(replace(gpu_report, links=(bare,)))
-    assert "PCIe N/A" in text and "NVLink N/A active" in text
+    assert "PCIe n/a" in text and "NVLink n/a active" in text
     assert "not readable: pcie: NVML unavailable (NVMLError_LibraryNotFound)" in text
 
 
@@ -63,4 +63,4 @@ def test_report_round_trips_through_json(gpu_report) -> None:
 
 
 def test_num_formats() -> None:
-    assert [num(None), num(784.2), num(55.46), num(0.934), num(4270.0)] == ["N/A", "784", "55.5", "0.93", "4,270"]
+    assert [num(None), num(784.2), num(55.46), num(0.934), num(4270.0)] == ["n/a", "784", "55.5", "0.93", "4,270"]

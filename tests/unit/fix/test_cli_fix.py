@@ -42,8 +42,8 @@ def test_diff_leaves_the_file_untouched_and_no_measure_write_makes_a_script_that
     payload = json.loads(result.stdout)  # the script's own output went to stderr
     assert "+    loader = DataLoader(Slow(), batch_size=4, shuffle=True, num_workers=" in payload["diff"]
     (change,) = payload["changes"]
-    assert (change["kind"], change["code"], change["kept"], change["verdict"]) == (
-        "loader", "GD-RUN-DATALOADER", True, None)
+    assert (change["kind"], change["code"], change["kept"], change["verdict"], change["file"]) == (
+        "loader", "GD-RUN-DATALOADER", True, None, "train.py")
     assert payload["written"] is None and payload["exit_code"] == 0 and payload["after"] is None
     assert not list(tmp_path.glob("train.py.orig*"))
 
@@ -75,16 +75,17 @@ def test_measured_fix_keeps_the_loader_change_that_is_faster(tmp_path: Path) -> 
 
 
 def test_a_training_loop_it_cannot_locate_gets_the_prescription_as_text_and_exit_1(tmp_path: Path) -> None:
-    # the same loader-bound training, inside a trainer class: the loop iterates self.loader
+    # the same loader-bound training, inside a trainer class: the loop iterates a dict's entry
     text = fix_scripts.LOADER_BOUND.replace(
         "def main():\n    torch.manual_seed(0)\n    loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
         "    model = torch.nn.Linear(8, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "    total = 0.0\n    for step, (x, y) in enumerate(loader):\n",
-        "class Trainer:\n    def __init__(self):\n        self.loader = DataLoader(Slow(), batch_size=4, shuffle=True)\n"
+        "class Trainer:\n    def __init__(self):\n"
+        "        self.loaders = {\"train\": DataLoader(Slow(), batch_size=4, shuffle=True)}\n"
         "        self.model = torch.nn.Linear(8, 1)\n"
         "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)\n\n"
         "    def fit(self):\n        model, optimizer, total = self.model, self.opt, 0.0\n"
-        "        for x, y in self.loader:\n",
+        "        for x, y in self.loaders[\"train\"]:\n",
     ).replace("\n        optimizer.zero_grad()", "\n            optimizer.zero_grad()").replace(
         "\n        loss = torch", "\n            loss = torch").replace("\n        loss.backward()", "\n            loss.backward()").replace(
         "\n        optimizer.step()", "\n            optimizer.step()").replace(
@@ -98,3 +99,23 @@ def test_a_training_loop_it_cannot_locate_gets_the_prescription_as_text_and_exit
     assert "GD-RUN-DATALOADER: no patch (loader: the training loop does not iterate a named loader)" in result.stdout
     assert "num_workers" in result.stdout  # the finding's own fix, as text
     assert script.read_text(encoding="utf-8") == text and not list(tmp_path.glob("train.py.orig*"))
+
+
+def test_a_loop_in_a_module_of_the_project_is_patched_there_with_its_own_backup(tmp_path: Path) -> None:
+    script = _script(tmp_path, fix_scripts.TRAINER_SCRIPT)
+    (tmp_path / "slowpkg").mkdir()
+    (tmp_path / "slowpkg" / "__init__.py").write_text("", encoding="utf-8")
+    module = tmp_path / "slowpkg" / "fitter.py"
+    module.write_text(fix_scripts.TRAINER_MODULE, encoding="utf-8")
+    result = gpudoctor("fix", "--write", "--no-measure", "--steps", "12", "--out", "rd", "train.py", cwd=tmp_path,
+                       timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "+++ slowpkg/fitter.py (fixed)" in result.stdout and "wrote " in result.stdout
+    fixed = module.read_text(encoding="utf-8")
+    assert "# gpudoctor fix: GD-RUN-DATALOADER — " in fixed and "num_workers=" in fixed
+    assert (tmp_path / "slowpkg" / "fitter.py.orig").read_text(encoding="utf-8") == fix_scripts.TRAINER_MODULE
+    assert script.read_text(encoding="utf-8") == fix_scripts.TRAINER_SCRIPT
+    assert not list(tmp_path.glob("train.py.orig*"))
+    ran = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                         timeout=180)
+    assert ran.returncode == 0 and "END OF SCRIPT" in ran.stdout, ran.stderr

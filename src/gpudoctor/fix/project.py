@@ -1,0 +1,79 @@
+"""The training loop in another module of the script's own project (``from mingpt.trainer import
+Trainer`` in ``projects/adder/adder.py``, the loop in ``mingpt/trainer.py``).
+
+When the script itself has no training loop, the modules it imports are looked up in the script's
+folder and the folders above it, up to the project's root (the first folder holding ``.git``,
+``pyproject.toml``, ``setup.py`` or ``setup.cfg``; at most four levels up) — never in
+site-packages. The one such module with a located training loop is the file to patch; two or more
+are ambiguous and give no patch.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from gpudoctor.fix.locate import Located, locate
+
+_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+_MAX_UP = 4
+
+
+def project_folders(script: Path) -> list[Path]:
+    """The script's folder and those above it, up to the project root (see the module doc)."""
+    folder, out = script.resolve().parent, []
+    for _ in range(_MAX_UP + 1):
+        out.append(folder)
+        if any((folder / m).exists() for m in _MARKERS) or folder.parent == folder:
+            break
+        folder = folder.parent
+    return out
+
+
+def local_modules(script: Path, tree: ast.Module) -> list[tuple[Path, Path]]:
+    """``(module file, the folder it is imported from)`` for each absolute import of the script
+    that resolves to a file of its project."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+    out: list[tuple[Path, Path]] = []
+    for name in dict.fromkeys(names):
+        rel = Path(*name.split("."))
+        for root in project_folders(script):
+            for path in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                if path.is_file() and path.resolve() != script.resolve() \
+                        and not {"site-packages", "dist-packages"} & set(path.resolve().parts):
+                    out.append((path, root))
+                    break
+            else:
+                continue
+            break
+    return out
+
+
+def locate_project(script: Path, source: str) -> Located:
+    """The script's own training code, or, when it has no training loop, that of the one module of
+    its project that has. Raises ``SyntaxError`` when the script does not parse."""
+    found = locate(source, str(script))
+    if found.loop is not None:
+        return found
+    hits = []
+    for path, root in local_modules(script, found.ctx.tree):
+        try:
+            other = locate(path.read_bytes().decode("utf-8"), str(path))
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        if other.loop is not None:
+            other.file, other.import_root = str(path), str(root)
+            hits.append(other)
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        found.notes.append("training loops in " + ", ".join(h.file for h in hits) + ": which one runs is not known")
+    return found
+
+
+__all__ = ["local_modules", "locate_project", "project_folders"]
