@@ -3,18 +3,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.records.rundir import load_run
-
-SRC = Path(__file__).resolve().parents[2] / "src"
+from tests.support.cli_runner import run_two_gloo_ranks
 
 SCRIPT = """
 import torch, torch.distributed as dist
@@ -46,19 +40,7 @@ dist.destroy_process_group()
 
 @pytest.mark.distributed
 def test_manual_gradient_allreduce_on_ddp_is_found(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    (tmp_path / "ddp.py").write_text(SCRIPT, encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    env["OMP_NUM_THREADS"] = "1"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "run", "--steps", "12", "--no-profile", "--json",
-         "--fail-on", "never", "--out", "rd", "--",
-         torchrun, "--standalone", "--nproc_per_node", "2", "ddp.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    findings = {f["code"]: f for f in json.loads(result.stdout)["findings"]}
+    findings = run_two_gloo_ranks(SCRIPT, tmp_path)
     f = findings["GD-RUN-GRAD-REDUCED-TWICE"]
     assert f["severity"] == "warn"
     run = load_run(tmp_path / "rd")

@@ -2,8 +2,7 @@
 notebook-style script names a planted data-loader problem; and the CI helpers, scalars and NVTX
 on a real device.
 
-Runs with ``pytest -m gpu tests/gpu/test_ecosystem_gpu.py`` or, where pytest is missing, as a
-script (``python tests/gpu/test_ecosystem_gpu.py``).
+Runs with ``pytest -m gpu tests/gpu/test_ecosystem_gpu.py``.
 """
 
 from __future__ import annotations
@@ -11,16 +10,14 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-try:
-    import pytest
-except ImportError:  # the device image may lack pytest: run as a script (see the bottom)
-    pytest = None
+import pytest
+
+from tests.support.cli_runner import env
+from tests.support.gpu import need_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -46,33 +43,20 @@ for epoch in range(100):
 """
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
-def _need_gpu() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        if pytest is None:
-            raise RuntimeError("needs a CUDA GPU")
-        pytest.skip("needs a CUDA GPU")
-
-
-gpu = pytest.mark.gpu if pytest is not None else (lambda fn: fn)
+gpu = pytest.mark.gpu
 
 
 @gpu
 def test_trace_dir_opens_as_a_chrome_trace_with_kernels_and_scalars_have_gpu_figures(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     (tmp_path / "train.py").write_text(SCRIPT, encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "run", "--steps", "30", "--json", "--fail-on", "never",
          "--out", str(tmp_path / "run"), "--trace-dir", str(tmp_path / "traces"), "--scalars",
          str(tmp_path / "scalars"), "--nvtx", "--", sys.executable, str(tmp_path / "train.py")],
-        env=_env(), capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+        env=env(), capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     payload = json.loads(result.stdout)
     (trace,) = sorted((tmp_path / "traces").glob("*_rank0.*.pt.trace.json.gz"))
@@ -99,9 +83,9 @@ def test_trace_dir_opens_as_a_chrome_trace_with_kernels_and_scalars_have_gpu_fig
 
 @gpu
 def test_watch_in_a_notebook_style_script_names_the_planted_data_loader(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     script = ROOT / "docs" / "examples" / "watch_notebook.py"
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "nb")], env=_env(), cwd=tmp_path,
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "nb")], env=env(), cwd=tmp_path,
                             capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
@@ -119,7 +103,7 @@ def test_watch_in_a_notebook_style_script_names_the_planted_data_loader(tmp_path
 
 @gpu
 def test_the_ci_helpers_on_cuda(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     import torch
 
     from gpudoctor.testing import assert_no_leak, assert_no_sync
@@ -159,19 +143,5 @@ def test_the_ci_helpers_on_cuda(tmp_path: Path) -> None:
     example = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "gpudoctor.testing", "-p", "no:cacheprovider",
          str(ROOT / "docs" / "examples" / "test_step_hygiene.py")],
-        env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+        env=env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert example.returncode == 0 and "4 passed" in example.stdout, example.stdout[-3000:]
-
-
-if __name__ == "__main__":  # the device image may lack pytest
-    failures = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            with tempfile.TemporaryDirectory() as tmp:
-                try:
-                    fn(Path(tmp))
-                    print(f"PASS {name}")
-                except Exception as exc:  # noqa: BLE001
-                    failures += 1
-                    print(f"FAIL {name}: {type(exc).__name__}: {exc}")
-    sys.exit(1 if failures else 0)

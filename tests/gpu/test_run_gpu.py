@@ -1,24 +1,21 @@
 """``gpudoctor run`` on a real GPU: device figures the CPU tests cannot see.
 
-Runs with ``pytest -m gpu tests/gpu/test_run_gpu.py`` or, where pytest is missing, as a script
-(``python tests/gpu/test_run_gpu.py``). One small conv-net script with switches plants each
-behaviour the probes must catch: pageable vs pinned copies, ``.item()`` every step, NaN loss,
+Runs with ``pytest -m gpu tests/gpu/test_run_gpu.py``. One small conv-net script with switches
+plants each behaviour the probes must catch: pageable vs pinned copies, ``.item()`` every step, NaN loss,
 fp16 GradScaler, bf16 autocast.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-try:
-    import pytest
-except ImportError:  # the device image may lack pytest: run as a script (see the bottom)
-    pytest = None
+import pytest
+
+from tests.support.cli_runner import env
+from tests.support.gpu import need_gpu
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 sys.path.insert(0, str(SRC))
@@ -64,12 +61,10 @@ def _run(tmp: Path, *flags: str, steps: int = 30) -> tuple[subprocess.CompletedP
     script = tmp / "train_gpu.py"
     script.write_text(SCRIPT, encoding="utf-8")
     out = tmp / ("rd-" + "-".join(flags or ("clean",)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
     result = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--json", "--fail-on", "never", "--out", str(out),
          "--", sys.executable, str(script), *flags],
-        env=env, capture_output=True, text=True, timeout=240,
+        env=env(), capture_output=True, text=True, timeout=240,
     )
     return result, out
 
@@ -80,21 +75,13 @@ def _load(path: Path):
     return load_run(path)
 
 
-def _need_gpu() -> None:
-    import torch
 
-    if not torch.cuda.is_available():
-        if pytest is None:
-            raise RuntimeError("needs a CUDA GPU")
-        pytest.skip("needs a CUDA GPU")
-
-
-gpu = pytest.mark.gpu if pytest is not None else (lambda fn: fn)
+gpu = pytest.mark.gpu
 
 
 @gpu
 def test_clean_pinned_run_has_device_figures(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     result, out = _run(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run = _load(out)
@@ -121,7 +108,7 @@ def test_clean_pinned_run_has_device_figures(tmp_path: Path) -> None:
 
 @gpu
 def test_pageable_copies_and_item_syncs_are_counted(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     result, out = _run(tmp_path, "pageable", "item")
     assert result.returncode == 0, result.stderr[-3000:]
     steps = _load(out).steps[0][5:]
@@ -133,7 +120,7 @@ def test_pageable_copies_and_item_syncs_are_counted(tmp_path: Path) -> None:
 
 @gpu
 def test_nan_loss_and_grad_scaler(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     result, out = _run(tmp_path, "fp16", "nan", steps=20)
     assert result.returncode == 0, result.stderr[-3000:]
     run = _load(out)
@@ -148,32 +135,16 @@ def test_nan_loss_and_grad_scaler(tmp_path: Path) -> None:
 
 @gpu
 def test_try_tf32_knob_reaches_the_script(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     script = tmp_path / "train_gpu.py"
     script.write_text(SCRIPT, encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
     result = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "run", "--steps", "20", "--no-profile", "--json", "--fail-on", "never",
          "--try", "tf32,expandable_segments", "--out", str(tmp_path / "try"), "--", sys.executable, str(script)],
-        env=env, capture_output=True, text=True, timeout=240,
+        env=env(), capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     payload = json.loads(result.stdout)
     assert payload["comparison"]["gain"] is not None
     tried = _load(tmp_path / "try" / "try").configs[0]
     assert tried.tf32_matmul is True and "expandable_segments:True" in tried.alloc_conf
-
-
-if __name__ == "__main__":  # the device image may lack pytest
-    failures = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            with tempfile.TemporaryDirectory() as tmp:
-                try:
-                    fn(Path(tmp))
-                    print(f"PASS {name}")
-                except Exception as exc:  # noqa: BLE001
-                    failures += 1
-                    print(f"FAIL {name}: {type(exc).__name__}: {exc}")
-    sys.exit(1 if failures else 0)

@@ -1,7 +1,6 @@
 """``gpudoctor run --try`` model knobs on a real GPU: what the CPU tests cannot see.
 
-Runs with ``pytest -m gpu tests/gpu/test_try_knobs_gpu.py`` or as a script
-(``python tests/gpu/test_try_knobs_gpu.py``). The headline: ``--try bf16`` on the fp32 conv net
+Runs with ``pytest -m gpu tests/gpu/test_try_knobs_gpu.py``. The headline: ``--try bf16`` on the fp32 conv net
 workload (``gpudoctor.workloads.fp32_convnet``, GPU-bound in plain fp32) measures a gain above
 the run-to-run noise and says "apply it"; it prints the figures for the results table.
 """
@@ -9,16 +8,14 @@ the run-to-run noise and says "apply it"; it prints the figures for the results 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-try:
-    import pytest
-except ImportError:  # the device image may lack pytest: run as a script (see the bottom)
-    pytest = None
+import pytest
+
+from tests.support.cli_runner import env
+from tests.support.gpu import need_gpu
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 sys.path.insert(0, str(SRC))
@@ -46,22 +43,9 @@ for epoch in range(100):
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
-def _need_gpu() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        if pytest is None:
-            raise RuntimeError("needs a CUDA GPU")
-        pytest.skip("needs a CUDA GPU")
-
-
-gpu = pytest.mark.gpu if pytest is not None else (lambda fn: fn)
+gpu = pytest.mark.gpu
 
 
 def _one_run(tmp: Path, knobs: str, steps: int = 30):
@@ -81,12 +65,12 @@ def _one_run(tmp: Path, knobs: str, steps: int = 30):
 
 @gpu
 def test_bf16_on_the_fp32_convnet_is_measured_above_the_noise(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     result = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "run", "--json", "--fail-on", "never", "--try", "bf16",
          "--out", str(tmp_path / "rd"),
          "--", sys.executable, "-m", "gpudoctor.workloads.fp32_convnet", "--size", "medium", "--steps", "1000"],
-        env=_env(), capture_output=True, text=True, timeout=580,
+        env=env(), capture_output=True, text=True, timeout=580,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     comparison = json.loads(result.stdout)["comparison"]
@@ -99,7 +83,7 @@ def test_bf16_on_the_fp32_convnet_is_measured_above_the_noise(tmp_path: Path) ->
 
 @gpu
 def test_fp16_channels_last_non_blocking_on_a_gpu_loop(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     run = _one_run(tmp_path, "fp16,channels_last,non_blocking")
     config = run.configs[0]
     assert config.autocast_dtypes == ("float16",) and config.grad_scaler is True
@@ -112,7 +96,7 @@ def test_fp16_channels_last_non_blocking_on_a_gpu_loop(tmp_path: Path) -> None:
 
 @gpu
 def test_compile_and_bf16_together(tmp_path: Path) -> None:
-    _need_gpu()
+    need_gpu()
     run = _one_run(tmp_path, "compile,bf16", steps=40)
     config = run.configs[0]
     assert config.compiled is True and config.autocast_dtypes == ("bfloat16",)
@@ -120,17 +104,3 @@ def test_compile_and_bf16_together(tmp_path: Path) -> None:
     assert all(s.loss_finite for s in steps)
     late = sorted(s.step_ms for s in steps[20:])
     assert late[len(late) // 2] < steps[1].step_ms / 5  # compiled steps are far faster than the compiling one
-
-
-if __name__ == "__main__":  # the device image may lack pytest
-    failures = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            with tempfile.TemporaryDirectory() as tmp:
-                try:
-                    fn(Path(tmp))
-                    print(f"PASS {name}")
-                except Exception as exc:  # noqa: BLE001
-                    failures += 1
-                    print(f"FAIL {name}: {type(exc).__name__}: {exc}")
-    sys.exit(1 if failures else 0)

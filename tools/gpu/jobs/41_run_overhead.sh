@@ -31,11 +31,7 @@ step() {  # step NAME OUTFILE CMD...: run CMD with stdout+stderr to OUTFILE, rec
 
 step hotpath "$JOB_OUT/probe_hot_path.txt" python3 benchmarks/probe_hot_path.py
 step overhead "$JOB_OUT/run_overhead.txt" python3 benchmarks/run_overhead.py --rounds "${ROUNDS:-4}" --out "$JOB_OUT/run_overhead.json"
-if python3 -c "import pytest" 2>/dev/null; then
-  step tests "$JOB_OUT/pytest-run-gpu.txt" python3 -m pytest -m gpu tests/gpu/test_run_gpu.py -q -p no:cacheprovider
-else
-  step tests "$JOB_OUT/pytest-run-gpu.txt" python3 tests/gpu/test_run_gpu.py
-fi
+step tests "$JOB_OUT/pytest-run-gpu.txt" python3 -m pytest -m gpu tests/gpu/test_run_gpu.py -q -p no:cacheprovider
 
 echo "--- summary"
 cat "$timings"
