@@ -22,8 +22,11 @@ Models:
             ``loss_fn(model(tokens), targets)`` (a user's two-line wrapper returns the full
             logits). Hand: nanoGPT's own loop (``torch.compile(model)``, ``logits, loss =
             model(X, Y)`` under bf16 autocast, clip 1.0, nanoGPT's fused AdamW).
-  gpt350m   nanoGPT's GPT at 24 layers x 1024 (~350M), engine only: MFU against 989 TFLOP/s
-            (dense bf16 of an H200) with nanoGPT's FLOPs-per-token formula (6N + 12 L H Q T).
+  gpt350m   nanoGPT's GPT at 24 layers x 1024 (~350M), seq 1024, batch ``--gpt350m-batch``
+            (16), engine and hand as for gpt124m; both with MFU against 989 TFLOP/s (dense bf16
+            of an H200) by nanoGPT's FLOPs-per-token formula (6N + 12 L H Q T).
+  gpt350m_b32  the same at batch 32 (what a user raising the batch for throughput would run).
+  gpt350m_autotune  engine only, batch 16, ``perf.compile_mode="max-autotune-no-cudagraphs"``.
 
 Both arms of a model get the same optimizer (the user's choice, not the loop's: fused on a GPU).
 Timing: an optimizer step post-hook records a CUDA event after warm-up step ``--warmup`` and after
@@ -34,6 +37,7 @@ start-up) are stored next to it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import math
@@ -205,13 +209,13 @@ def nanogpt_optimizer(gpt: nn.Module) -> torch.optim.Optimizer:
     return gpt.configure_optimizers(0.1, 6e-4, (0.9, 0.95), DEV.type)  # nanoGPT's own (fused AdamW on CUDA)
 
 
-def gpt_hand(ng, a, big: bool = False) -> dict:
-    cfg = gpt_config(ng, a, big)
+def gpt_hand(ng, a, big: bool = False, batch: int | None = None) -> dict:
+    cfg, batch = gpt_config(ng, a, big), batch or a.gpt_batch
     torch.manual_seed(0)
     gpt = ng.GPT(cfg).to(DEV)
     opt = nanogpt_optimizer(gpt)
     model = torch.compile(gpt) if a.compile else gpt
-    data = token_batches(a.gpt_batch, cfg.block_size, cfg.vocab_size)
+    data = token_batches(batch, cfg.block_size, cfg.vocab_size)
     timer = StepTimer(opt, a.warmup, a.steps)
     for i in range(a.warmup + a.steps):
         x, y = data[i % len(data)]
@@ -221,35 +225,45 @@ def gpt_hand(ng, a, big: bool = False) -> dict:
         torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    out = timer.result(a.gpt_batch * cfg.block_size)
+    out = timer.result(batch * cfg.block_size)
     out["mfu_vs_989"] = flops_per_token(gpt, cfg) * out["per_s"] / PEAK_BF16_H200
     return out
 
 
-def gpt_engine(ng, a, big: bool = False) -> dict:
-    cfg = gpt_config(ng, a, big)
+def gpt_engine(ng, a, big: bool = False, batch: int | None = None, compile_mode: str | None = None) -> dict:
+    cfg, batch = gpt_config(ng, a, big), batch or a.gpt_batch
     torch.manual_seed(0)
     gpt = ng.GPT(cfg)
     opt = nanogpt_optimizer(gpt.to(DEV))
     timer = StepTimer(opt, a.warmup, a.steps)
     fpt = flops_per_token(gpt, cfg)
-    config = presets.transformer_bf16(compile=a.compile).replace(
+    config = presets.transformer_bf16(compile=a.compile)
+    if compile_mode:
+        config = config.replace(perf=dataclasses.replace(config.perf, compile_mode=compile_mode))
+    config = config.replace(
         max_steps=a.warmup + a.steps,
         log=LogConfig(progress_bar=False, warmup_steps=a.warmup, flops_per_sample=fpt * cfg.block_size))
     if DEV.type == "cpu":
         config = config.replace(device="cpu")
     result = Trainer(FullLogits(gpt), opt, lm_loss, config=config).fit(
-        token_batches(a.gpt_batch, cfg.block_size, cfg.vocab_size), epochs=10_000)
-    out = {**timer.result(a.gpt_batch * cfg.block_size), **fit_figures(result)}
+        token_batches(batch, cfg.block_size, cfg.vocab_size), epochs=10_000)
+    out = {**timer.result(batch * cfg.block_size), **fit_figures(result)}
     out["mfu_vs_989"] = fpt * out["per_s"] / PEAK_BF16_H200
     return out
 
 
 # ---------------------------------------------------------------------------------- the run
 def arms(a, ng) -> dict[str, tuple]:
-    """model -> (engine arm, hand arm or None, unit)."""
-    import torchvision
+    """model -> (engine arm, hand arm or None, unit). torchvision is imported only by its models' arms."""
+    from types import SimpleNamespace
 
+    try:
+        import torchvision
+    except ImportError:  # the GPT arms run without it
+        def missing(*_a, **_k):
+            sys.exit("resnet50/vit_b16 need torchvision: install it, or pass --only gpt124m,gpt350m")
+        torchvision = SimpleNamespace(models=SimpleNamespace(resnet18=missing, resnet50=missing, vit_b_16=missing,
+                                                             VisionTransformer=missing))
     size_r, size_v = (32, 32) if a.smoke else (160, 224)
     res_ds = AugmentedImages(a.images, size_r, 16 if not a.smoke else 4)
     vit_ds = AugmentedImages(a.images, size_v, 16 if not a.smoke else 4)
@@ -260,7 +274,7 @@ def arms(a, ng) -> dict[str, tuple]:
                                                         hidden_dim=32, mlp_dim=64)
     else:
         vit = torchvision.models.vit_b_16
-    rb, vb = a.resnet_batch, a.vit_batch
+    rb, vb, b350 = a.resnet_batch, a.vit_batch, a.gpt350m_batch
     return {
         "resnet50": (lambda: image_engine(resnet, sgd, res_ds, a, batch=rb, config=TrainConfig()),
                      lambda: image_hand(resnet, sgd, res_ds, a, batch=rb, channels_last=True, compile=False,
@@ -270,7 +284,12 @@ def arms(a, ng) -> dict[str, tuple]:
                     lambda: image_hand(vit, adamw, vit_ds, a, batch=vb, channels_last=False, compile=a.compile,
                                        clip=1.0), "img"),
         "gpt124m": (lambda: gpt_engine(ng, a), lambda: gpt_hand(ng, a), "tok"),
-        "gpt350m": (lambda: gpt_engine(ng, a, big=True), None, "tok"),
+        "gpt350m": (lambda: gpt_engine(ng, a, big=True, batch=b350), lambda: gpt_hand(ng, a, big=True, batch=b350),
+                    "tok"),
+        "gpt350m_b32": (lambda: gpt_engine(ng, a, big=True, batch=2 * b350),
+                        lambda: gpt_hand(ng, a, big=True, batch=2 * b350), "tok"),
+        "gpt350m_autotune": (lambda: gpt_engine(ng, a, big=True, batch=b350, compile_mode="max-autotune-no-cudagraphs"),
+                             None, "tok"),
     }
 
 
@@ -295,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resnet-batch", type=int, default=256)
     p.add_argument("--vit-batch", type=int, default=128)
     p.add_argument("--gpt-batch", type=int, default=16)
+    p.add_argument("--gpt350m-batch", type=int, default=16, help="gpt350m's batch (gpt350m_b32: twice it)")
     p.add_argument("--images", type=int, default=4096, help="images in each in-memory dataset")
     p.add_argument("--workers", type=int, default=None, help="hand loop's loader workers (default: the engine's)")
     p.add_argument("--budget-s", type=float, default=460.0, help="skip runs that would start after this")
@@ -303,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     a.compile = not a.smoke
     if a.smoke:
         a.warmup, a.steps, a.repeats = 2, 3, min(a.repeats, 2)
-        a.resnet_batch, a.vit_batch, a.gpt_batch, a.images = 4, 4, 2, 64
+        a.resnet_batch, a.vit_batch, a.gpt_batch, a.gpt350m_batch, a.images = 4, 4, 2, 2, 64
         if not torch.cuda.is_available():
             DEV = torch.device("cpu")
     elif not torch.cuda.is_available():
@@ -343,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                 if DEV.type == "cuda":
                     torch.cuda.empty_cache()
         entry = {"unit": f"{unit}/s", "runs": runs, **summarise(runs["engine"], runs["hand"])}
-        if name == "gpt350m" and runs["engine"]:
-            entry["mfu_vs_989"] = [round(e["mfu_vs_989"], 4) for e in runs["engine"]]
+        if name.startswith("gpt350m"):
+            for arm in ("engine", "hand"):
+                entry[f"{arm}_mfu_vs_989"] = [round(e["mfu_vs_989"], 4) for e in runs[arm]]
         results["models"][name] = entry
     results["total_s"] = round(time.perf_counter() - t0, 1)
 
@@ -353,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = (f"{e['ratio_median']:.3f} ({e['ratio_min']:.3f}-{e['ratio_max']:.3f})"
                  if "ratio_median" in e else "-")
         med = (lambda xs: f"{statistics.median(xs):,.0f}" if xs else "-")
-        mfu = f"  MFU {100 * max(e['mfu_vs_989']):.1f}%" if e.get("mfu_vs_989") else ""
+        mfu = "".join(f"  {arm} MFU {100 * statistics.median(e[f'{arm}_mfu_vs_989']):.1f}%"
+                      for arm in ("engine", "hand") if e.get(f"{arm}_mfu_vs_989"))
         print(f"{name:10} {ratio:30} {med(e['engine_per_s']):>12} {med(e['hand_per_s']):>12} {e['unit']}{mfu}")
     print(f"total {results['total_s']}s")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
