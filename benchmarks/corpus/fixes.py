@@ -22,6 +22,9 @@ exactly once or the patch refuses (the script changed upstream: re-check the pat
   first line).
 * ``persistent``: stalls at each epoch boundary with workers restarted each epoch:
   ``persistent_workers=True`` on the loader, nothing else (the periodic-stall prescription).
+* ``epochboundary``: the periodic-stall prescription whole, at once: ``persistent`` and
+  ``epochwork`` together (the finding names both parts of dcgan's epoch boundary: the restarted
+  workers' data wait and the script's per-epoch syncs, image dumps and checkpoints).
 
 ``KIND_FOR_CODE`` maps a finding code to the kind that applies its prescription.
 """
@@ -34,7 +37,7 @@ BATCH_FACTOR = 4
 
 # finding code (substring) -> fix kind, first match wins
 KIND_FOR_CODE: tuple[tuple[str, str], ...] = (
-    ("PERIODIC-STALL", "persistent"),
+    ("PERIODIC-STALL", "epochboundary"),
     ("FP32", "bf16"),
     ("AUTOCAST", "bf16"),
     ("MIXED-PRECISION", "bf16"),
@@ -64,6 +67,14 @@ _imagenet_cl = [
      "\n        images = images.to(device, non_blocking=True, memory_format=torch.channels_last)\n"),
 ]
 
+_dcgan_epochwork = [
+    ("dcgan/main.py", "        if i % 100 == 0:\n", "        if i % 100 == 0 and epoch % 10 == 0:\n"),
+    ("dcgan/main.py", "    torch.save(netG.state_dict()", "    if epoch % 10 == 9: torch.save(netG.state_dict()"),
+    ("dcgan/main.py", "    torch.save(netD.state_dict()", "    if epoch % 10 == 9: torch.save(netD.state_dict()"),
+]
+_dcgan_persistent = [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
+                      "shuffle=True, num_workers=int(opt.workers), persistent_workers=True)")]
+
 PATCHES: dict[str, dict[str, list[tuple[str, str, str]]]] = {
     "imagenet": {
         "bf16": _imagenet_cl + [
@@ -80,11 +91,9 @@ PATCHES: dict[str, dict[str, list[tuple[str, str, str]]]] = {
                     "\n        losses.update(loss.detach(), images.size(0))  # read when printed\n")],
     },
     "dcgan": {
-        "epochwork": [("dcgan/main.py", "        if i % 100 == 0:\n", "        if i % 100 == 0 and epoch % 10 == 0:\n"),
-                      ("dcgan/main.py", "    torch.save(netG.state_dict()", "    if epoch % 10 == 9: torch.save(netG.state_dict()"),
-                      ("dcgan/main.py", "    torch.save(netD.state_dict()", "    if epoch % 10 == 9: torch.save(netD.state_dict()")],
-        "persistent": [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
-                        "shuffle=True, num_workers=int(opt.workers), persistent_workers=True)")],
+        "epochwork": _dcgan_epochwork,
+        "persistent": _dcgan_persistent,
+        "epochboundary": _dcgan_persistent + _dcgan_epochwork,
         "loader": [("dcgan/main.py", "shuffle=True, num_workers=int(opt.workers))",
                     "shuffle=True, " + LOADER_KW + ")"),
                    ("dcgan/main.py", "real_cpu = data[0].to(device)", "real_cpu = data[0].to(device, non_blocking=True)")],

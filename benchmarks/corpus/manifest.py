@@ -58,7 +58,7 @@ SCRIPTS: tuple[Script, ...] = (
         args=("--dataset", "fake", "--accel", "--outf", "out"),
         cpu_args=("--dataset", "fake", "--batchSize", "8", "--workers", "0", "--ngf", "16",
                   "--ndf", "16", "--outf", "out"),
-        source="dcgan", fixes=("loader", "nosync", "batch", "bf16", "persistent", "epochwork"),
+        source="dcgan", fixes=("loader", "nosync", "batch", "bf16", "persistent", "epochwork", "epochboundary"),
         why="FakeData 64x64 (1,000 images: 16 steps an epoch, 25 epochs); --accel selects the GPU",
     ),
     Script(

@@ -9,8 +9,10 @@ do: warm-up and the profiler window left out), so every view quotes the same num
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from gpudoctor.analysis.facts import rank_stats
+from gpudoctor.analysis.facts import main_loader, rank_stats
+from gpudoctor.analysis.one_off import one_off_cause, one_off_line
 from gpudoctor.analysis.steps import RankStepStats
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.rundir import RunData
@@ -34,10 +36,27 @@ class StepStats:
     pageable_frac: float | None  # share of copied bytes from pageable memory
     host_syncs: float | None  # median
     peak_mem_gb: float | None  # largest allocator peak of the steady steps
+    one_off_steps: tuple[int, ...] = ()  # one-off slow steps left out of every figure above
+    one_off_ms: float | None = None  # their time, summed
+    one_off: str | None = None  # the line every view prints for them (with the likely cause)
 
 
-def from_rank_stats(stats: RankStepStats) -> StepStats:
-    """The view of one rank's :class:`RankStepStats`."""
+def one_off_note(stats: RankStepStats, config: Any = None) -> str | None:
+    """``one-time: step 15, 1.2 s (...) - left out of the steady figures`` for the rank's one-off
+    slow step(s), the likely cause from its ``config`` (``RankConfig``: ``cudnn.benchmark`` and
+    the loader's ``drop_last``); ``None`` without one. Every view prints this line."""
+    one = stats.one_off
+    if one is None:
+        return None
+    loader = main_loader(config)
+    cause = one_off_cause(one, getattr(config, "cudnn_benchmark", None),
+                          None if loader is None else loader.drop_last)
+    return f"rank {stats.rank}: " + one_off_line(one, cause)
+
+
+def from_rank_stats(stats: RankStepStats, config: Any = None) -> StepStats:
+    """The view of one rank's :class:`RankStepStats` (``config``: its ``RankConfig``, for the
+    one-off step's likely cause)."""
     throughput, unit = stats.throughput
     h2d_bytes = stats.h2d_bytes
     return StepStats(
@@ -54,6 +73,9 @@ def from_rank_stats(stats: RankStepStats) -> StepStats:
         pageable_frac=stats.h2d_pageable_bytes / h2d_bytes if h2d_bytes else None,
         host_syncs=stats.host_syncs,
         peak_mem_gb=None if stats.peak_allocated_bytes is None else stats.peak_allocated_bytes / 1e9,
+        one_off_steps=() if stats.one_off is None else stats.one_off.steps,
+        one_off_ms=None if stats.one_off is None else stats.one_off.total_ms,
+        one_off=one_off_note(stats, config),
     )
 
 
@@ -64,8 +86,8 @@ def run_stats(run: RunData, thresholds: Thresholds | None = None) -> list[StepSt
     for rank in sorted(run.steps):
         stats = rank_stats(run, rank, th)
         if stats is not None:
-            out.append(from_rank_stats(stats))
+            out.append(from_rank_stats(stats, run.configs.get(rank)))
     return out
 
 
-__all__ = ["StepStats", "from_rank_stats", "run_stats"]
+__all__ = ["StepStats", "from_rank_stats", "one_off_note", "run_stats"]

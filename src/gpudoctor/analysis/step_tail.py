@@ -33,6 +33,8 @@ class Tail:
             their mean (a stall every N steps), not scattered as scheduling noise on a busy host is.
         extra_data_wait_ms: mean data wait of the slow steps minus the median data wait.
         extra_syncs: mean host syncs of the slow steps minus the median count.
+        extra_sync_ms: mean host time blocked in syncs of the slow steps minus the median
+            (0.0 in recordings without ``sync_ms``).
         p90_step_ms: 90th percentile of the steady steps' time.
         episodes: how many stalls (runs of slow steps) there were.
         stalls: the slow steps are stalls, not the jitter or the two modes of a step: at least
@@ -50,9 +52,10 @@ class Tail:
     p90_step_ms: float
     episodes: int = 0
     stalls: bool = False
+    extra_sync_ms: float = 0.0
 
 
-def _stall_steps(slow: Sequence[StepRecord], step_ms: float, cover: float, equal: float) -> list[StepRecord]:
+def stall_steps(slow: Sequence[StepRecord], step_ms: float, cover: float, equal: float) -> list[StepRecord]:
     """The fewest slow steps that carry ``cover`` of the slow steps' excess, in step order,
     and the steps after those whose excess is ``equal`` of the shortest one's or more (stalls of
     equal length).
@@ -72,7 +75,7 @@ def _stall_steps(slow: Sequence[StepRecord], step_ms: float, cover: float, equal
     return sorted(kept, key=lambda r: r.step)
 
 
-def _episode_starts(stalls: Sequence[StepRecord]) -> list[int]:
+def episode_starts(stalls: Sequence[StepRecord]) -> list[int]:
     """First step of each run of stalled steps (consecutive steps are one stall)."""
     starts: list[int] = []
     last: int | None = None
@@ -83,6 +86,15 @@ def _episode_starts(stalls: Sequence[StepRecord]) -> list[int]:
     return starts
 
 
+def _extra_sync_ms(used: Sequence[StepRecord], slow: Sequence[StepRecord]) -> float:
+    """Mean ``sync_ms`` of the slow steps minus the median of all (0.0 when not recorded)."""
+    known = [s.sync_ms for s in used if s.sync_ms is not None]
+    slow_known = [s.sync_ms for s in slow if s.sync_ms is not None]
+    if not slow_known or len(known) * 2 < len(used):
+        return 0.0
+    return sum(slow_known) / len(slow_known) - float(statistics.median(known))
+
+
 def step_tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs: float,
               thresholds: Thresholds) -> Tail:
     """The slow steps of the steady steps ``used`` against their median ``step_ms`` (and the
@@ -91,10 +103,10 @@ def step_tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs:
     # a step that compiled is slow for a known reason (GD-RUN-RECOMPILE), not a stall
     slow = [s for s in used if step_ms > 0 and s.step_ms > thresholds.tail_slow_factor * step_ms
             and not s.compiles]
-    slow = _stall_steps(slow, step_ms, thresholds.tail_excess_cover, thresholds.tail_stall_equal_frac)
+    slow = stall_steps(slow, step_ms, thresholds.tail_excess_cover, thresholds.tail_stall_equal_frac)
     excess = sum(s.step_ms - step_ms for s in slow)
     total = sum(times)
-    starts = _episode_starts(slow)
+    starts = episode_starts(slow)
     gaps = [b - a for a, b in zip(starts, starts[1:])]
     p90 = statistics.quantiles(times, n=10, method="inclusive")[-1] if len(times) > 1 else times[0]
     return Tail(
@@ -107,9 +119,10 @@ def step_tail(used: Sequence[StepRecord], step_ms: float, wait_ms: float, syncs:
         extra_syncs=(sum(s.host_syncs for s in slow) / len(slow) - syncs) if slow else 0.0,
         p90_step_ms=p90,
         episodes=len(starts),
+        extra_sync_ms=_extra_sync_ms(used, slow),
         stalls=(thresholds.tail_min_slow_steps <= len(slow) <= thresholds.tail_max_slow_frac * len(used)
                 and total > 0 and excess / total >= thresholds.tail_min_excess),
     )
 
 
-__all__ = ["Tail", "step_tail"]
+__all__ = ["Tail", "episode_starts", "stall_steps", "step_tail"]

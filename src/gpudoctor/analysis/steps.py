@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpudoctor.analysis.one_off import OneOff, find_one_off
 from gpudoctor.analysis.step_tail import Tail, step_tail
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.step import StepRecord
@@ -58,8 +59,14 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
 
     Keeps at least ``min_steps`` (the last ones, outside the window when there are enough of
     those) when the run is short, so a 6-step run still says something, and all steps when there
-    are fewer than that.
+    are fewer than that. Then drops a one-off slow step (:mod:`gpudoctor.analysis.one_off`),
+    which :attr:`RankStepStats.one_off` reports.
     """
+    return _steady(steps, thresholds, exclude)[0]
+
+
+def _steady(steps: Sequence[StepRecord], thresholds: Thresholds,
+            exclude: tuple[int, int] | None) -> tuple[list[StepRecord], OneOff | None]:
     ordered = sorted(steps, key=lambda s: s.step)
     drop = max(thresholds.warmup_steps, math.ceil(thresholds.warmup_frac * len(ordered)))
     def unprofiled(part: list[StepRecord]) -> list[StepRecord]:
@@ -69,7 +76,16 @@ def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
     if len(kept) < thresholds.min_steps:
         outside = unprofiled(ordered)
         kept = (outside if len(outside) >= thresholds.min_steps else ordered)[-thresholds.min_steps:]
-    return kept
+    return steady_and_one_off(kept, thresholds)
+
+
+def steady_and_one_off(kept: list[StepRecord], thresholds: Thresholds) -> tuple[list[StepRecord], OneOff | None]:
+    """``kept`` without its one-off slow step(s) (:func:`gpudoctor.analysis.one_off.find_one_off`:
+    a late start-up cost such as cuDNN autotuning a new batch shape), and that one-off."""
+    one = find_one_off(kept, thresholds)
+    if one is None:
+        return kept, None
+    return [s for s in kept if s.step not in one.steps], one
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +202,8 @@ class RankStepStats:
             (the script's ``clip_grad_norm_``), steps the GradScaler skipped left out.
         nonfinite_grad_steps: steps (all, warm-up included) whose recorded norm was NaN or inf,
             steps the GradScaler skipped left out (an inf there is what it is for).
+        one_off: the one-off slow step(s) left out of every figure above (``n_used`` does
+            not count them), ``None`` when there was none.
     """
 
     rank: int
@@ -224,6 +242,7 @@ class RankStepStats:
     trend: StepTrend | None = None
     grad_norms: tuple[tuple[int, float], ...] = ()
     nonfinite_grad_steps: tuple[int, ...] = ()
+    one_off: OneOff | None = None
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -285,7 +304,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
     the rank recorded no step."""
     if not steps:
         return None
-    used = steady_steps(steps, thresholds, exclude)
+    used, one_off = _steady(steps, thresholds, exclude)
     mems = [(s.step, s.mem) for s in used if s.mem is not None]
     leak = least_squares([float(i) for i, _ in mems], [float(m.allocated_bytes) for _, m in mems])
     all_mems = [s.mem for s in sorted(steps, key=lambda s: s.step) if s.mem is not None]
@@ -341,8 +360,9 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         nonfinite_grad_steps=tuple(s.step for s in sorted(steps, key=lambda s: s.step)
                                    if s.grad_norm is not None and not s.scaler_skipped
                                    and not math.isfinite(s.grad_norm)),
+        one_off=one_off,
     )
 
 
-__all__ = ["LineFit", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
-           "steady_steps", "step_trend"]
+__all__ = ["LineFit", "OneOff", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
+           "steady_and_one_off", "steady_steps", "step_trend"]

@@ -75,6 +75,8 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
             "                    prefetch_factor=4)                       # a deeper queue absorbs bursts\n"
             "# and make the slowest samples cheaper (decode, augmentation) - see gpudoctor tune loader",
         )
+    if at_epochs and loader is not None:
+        return _epoch_boundary(rf, th, epoch, loader)
     if tail.extra_syncs >= th.sync_min_per_step:
         return (
             "synchronises with the GPU",
@@ -84,22 +86,6 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
             "if step % log_every == 0:\n"
             "    log(running_loss.item() / log_every)",
         )
-    if at_epochs and loader is not None:
-        restart = loader.num_workers > 0 and not loader.persistent_workers
-        evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} "
-                    f"samples / batch {loader.batch_size}); the data wait explains "
-                    f"{ms(max(0.0, tail.extra_data_wait_ms))} of their {ms(extra)} beyond the median"
-                    + ("; the DataLoader's workers restart each epoch" if restart else ""))
-        fix = ("# work done once per epoch, between the last step of one and the first of the next:\n"
-               "#  - checkpointing, evaluation, image or metric dumps: every N epochs, or asynchronously\n"
-               "#    (torch.distributed.checkpoint.async_save, a background thread for image writes)\n")
-        if restart:
-            fix += (f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
-                    f"{loader.num_workers},\n"
-                    "                    persistent_workers=True)   # no worker restart each epoch")
-        else:
-            fix += "#  - short epochs (a small dataset) pay it often: fewer, longer epochs"
-        return ("does the work of an epoch boundary", evidence, fix)
     return (
         "does extra host work",
         "neither the data wait nor the host syncs explain the slow steps",
@@ -107,6 +93,46 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
         "# garbage collection (gc.freeze() after start-up), or another process on the machine\n"
         "# (gpudoctor monitor)",
     )
+
+
+def _epoch_boundary(rf: RankFacts, th: Thresholds, epoch: int | None, loader) -> tuple[str, str, str]:
+    """(what, evidence, fix) of a stall at every epoch boundary, split into the parts the step
+    records measure, each named with its prescription when it carries at least
+    ``tail_cause_part_min_share`` of the boundary's time beyond the median step: the wait for
+    the first batch (restarted workers), host syncs (metric reads, image dumps that run the
+    model), and the rest of the host work (checkpoints, file writes, evaluation)."""
+    tail = rf.stats.tail
+    assert tail is not None
+    per = len(tail.slow_steps) / max(1, tail.episodes)  # slow steps per boundary
+    total = tail.excess_ms / max(1, tail.episodes)
+    data = max(0.0, tail.extra_data_wait_ms) * per
+    sync = max(0.0, tail.extra_sync_ms) * per
+    syncs = max(0.0, tail.extra_syncs) * per
+    host = max(0.0, total - data - sync)
+    named = lambda part: total > 0 and part >= th.tail_cause_part_min_share * total  # noqa: E731
+    restart = loader.num_workers > 0 and not loader.persistent_workers
+    parts = [f"{ms(data)} waiting for the first batch"
+             + (f" (the DataLoader's {loader.num_workers} workers restart each epoch)" if restart else ""),
+             f"{ms(sync)} blocked in {syncs:.0f} more host sync(s)",
+             f"{ms(host)} of other host work"]
+    evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} samples / "
+                f"batch {loader.batch_size}); each epoch boundary takes {ms(total)} beyond the median "
+                f"step: {', '.join(parts)}")
+    fix = ""
+    if restart:
+        fix += (f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
+                f"{loader.num_workers},\n"
+                f"                    persistent_workers=True)   # no worker restart each epoch\n")
+    elif named(data):
+        fix += ("# the first batch of each epoch waits (no prefetch across epochs): fewer, longer\n"
+                "# epochs, or a batch that is cheaper to produce\n")
+    if named(sync) or named(host) or not fix:
+        fix += (f"# the script's own per-epoch work ({ms(sync + host)} an epoch): checkpoints,\n"
+                "# evaluation, image or metric dumps - every N epochs, or off the training step\n"
+                "# (torch.distributed.checkpoint.async_save, a thread for image writes)\n"
+                "if epoch % 10 == 9:\n"
+                "    torch.save(model.state_dict(), path)")
+    return ("does the work of an epoch boundary", evidence, fix.rstrip("\n"))
 
 
 def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:

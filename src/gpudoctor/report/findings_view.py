@@ -16,6 +16,7 @@ from rich.text import Text
 from gpudoctor.analysis.breakdown import PARTS
 from gpudoctor.analysis.facts import RunFacts, run_facts
 from gpudoctor.analysis.prescription import pct
+from gpudoctor.analysis.run_stats import one_off_note
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.rundir import RunData
@@ -170,7 +171,8 @@ def top_tables(facts: RunFacts, n: int) -> list[RenderableType]:
 
 
 def breakdown_notes(facts: RunFacts) -> list[Text]:
-    """One line under the table: how the parts were split, and who waits for whom."""
+    """Lines under the table: how the parts were split, who waits for whom, and each rank's
+    one-off slow step left out of the figures (:func:`gpudoctor.analysis.run_stats.one_off_note`)."""
     if not facts.ranks:
         return []
     notes = []
@@ -186,7 +188,12 @@ def breakdown_notes(facts: RunFacts) -> list[Text]:
         if waiting:
             notes.append(f"rank(s) {', '.join(map(str, waiting))}: comm is mostly waiting for "
                          f"rank {slow} in collectives")
-    return [Text(n, style="dim") for n in notes]
+    out = [Text(n, style="dim") for n in notes]
+    for rf in facts.ranks:  # a late start-up cost, reported like the warm-up the title names
+        line = one_off_note(rf.stats, rf.config)
+        if line:
+            out.append(Text(line, style="yellow"))
+    return out
 
 
 def gpu_table(facts: RunFacts) -> Table | Text:

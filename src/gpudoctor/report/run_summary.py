@@ -73,4 +73,5 @@ def render_summary(run: RunData, *, full: bool = True):
             _fmt(s.host_syncs, ".0f"),
             _fmt(s.peak_mem_gb, ".2f"),
         )
-    return Group(*lines, table)
+    notes = [Text(s.one_off, style="yellow") for s in stats if s.one_off]
+    return Group(*lines, table, *notes)

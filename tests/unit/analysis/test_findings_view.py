@@ -88,3 +88,17 @@ def test_recorded_run_views_fit_the_terminal(golden, name: str, width: int) -> N
     for rf in run_facts(run, Thresholds()).ranks:
         assert f"{rf.stats.throughput[0]:,.0f}" in table.getvalue()
     golden(f"analysis/view_{name}_{width}.txt", text)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_one_off_step_and_epoch_boundary_view(golden, width):
+    # pytorch/examples' dcgan recorded on an H200: the one-time autotuning step under the table,
+    # the epoch-boundary stall with each part it measured
+    from pathlib import Path
+
+    from gpudoctor.records.rundir import load_run
+
+    run = load_run(Path(__file__).resolve().parents[2] / "fixtures" / "runs_corpus" / "dcgan")
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render_findings(run, diagnose(run), top=0))
+    golden(f"analysis/findings_dcgan_{width}.txt", console.file.getvalue())
