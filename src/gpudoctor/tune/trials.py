@@ -22,7 +22,6 @@ evaluation pass alone, no gradients) and ``loader`` (real optimizer steps fed by
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import math
 import os
@@ -33,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpudoctor.core.memory import release_cached_memory
 from gpudoctor.records.step import StepRecord
 from gpudoctor.records.tune import Trial, TrialVerdict
 from gpudoctor.tune.target import LoaderSettings, TuneTarget
@@ -162,14 +162,6 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _free() -> None:
-    import torch
-
-    gc.collect()  # frames of a failed step hold activations until collected
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
 def execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) -> Trial:
     """Run ``spec`` in this process and classify how it ended (``KeyboardInterrupt`` passes through)."""
     return _execute(target, spec, pools)[0]
@@ -192,7 +184,7 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     except NonFiniteLossError as exc:
         verdict, reason, measured = TrialVerdict.REJECTED, f"non-finite loss: {exc}"[:300], None
     except KeyboardInterrupt:
-        _free()
+        release_cached_memory()
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure is this trial's verdict, not the tuner's
         verdict, reason, measured = TrialVerdict.FAILED, f"{type(exc).__name__}: {exc}"[:300], None
@@ -200,7 +192,7 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     else:
         verdict, reason = TrialVerdict.OK, ""
     finally:
-        _free()
+        release_cached_memory()
     wall = time.perf_counter() - started
     if measured is None:
         return Trial(**base, verdict=verdict, reason=reason, wall_s=wall), poisoned
