@@ -11,7 +11,6 @@ a tiny CNN with a simulated memory limit (a real ``torch.OutOfMemoryError`` abov
 
 from __future__ import annotations
 
-import gc
 import os
 import platform
 import sys
@@ -102,12 +101,6 @@ def flops_per_sample() -> float | None:
 
 def quiet(config: TrainConfig) -> TrainConfig:
     return config.replace(log=LogConfig(progress_bar=False, every_steps=10_000, flops_per_sample=flops_per_sample()))
-
-
-def release_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 def env_facts() -> dict:

@@ -43,9 +43,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tune_job import (  # noqa: E402  (the job; its target is also this module's `target`)
-    BASE_BATCH, REF, SMOKE, sgd, command_line, env_facts, make_target, quiet, reexec_for_smoke, release_memory,
+    BASE_BATCH, REF, SMOKE, sgd, command_line, env_facts, make_target, quiet, reexec_for_smoke,
     setup_facts, target)
 
+from gpudoctor.core.memory import release_cached_memory  # noqa: E402
 from gpudoctor.train import Trainer, TrainConfig  # noqa: E402
 from gpudoctor.tune.target import LoaderSettings  # noqa: E402
 from gpudoctor.records.atomic import write_text_atomic  # noqa: E402
@@ -95,7 +96,7 @@ def found_batch_epochs(config_path: str, loader_path: str, batch: int, epochs: i
            "val_loss": fit.val_loss, "train_loss": fit.train_loss, "wall_s": round(wall, 2),
            "precision": fit.precision, "peak_allocated_bytes": peak}
     del trainer, train_loader, eval_loader
-    release_memory()
+    release_cached_memory()
     return out
 
 
@@ -118,7 +119,7 @@ def tuned_rate(config_path: str, loader_path: str, epochs: int) -> dict:
     out = {"batch": config.batch_size, "channels_last": config.perf.channels_last, "compile": config.perf.compile,
            "loader": settings.to_dict(), **_timed(trainer, loader, epochs)}
     del trainer, loader
-    release_memory()
+    release_cached_memory()
     return out
 
 
@@ -135,7 +136,7 @@ def defaults_rate(epochs: int) -> dict:
     trainer.config = config  # the same warm trainer, now for whole epochs
     out = {"batch": BASE_BATCH, **_timed(trainer, loader, epochs)}
     del trainer, loader
-    release_memory()
+    release_cached_memory()
     return out
 
 
@@ -194,7 +195,7 @@ def true_limit(config: TrainConfig, lo: int, hi: int, *, resolution: float, dead
     complete = largest is not None and first_oom is not None
     out.update(status=status if complete else f"{status}; no bracket (a fit and a failure) was probed",
                largest_fit=largest, first_oom=first_oom)
-    release_memory()
+    release_cached_memory()
     return out
 
 
@@ -258,7 +259,7 @@ def main_single(args: argparse.Namespace) -> int:
             return fn()
         except Exception as exc:  # noqa: BLE001 - the bench reports, it does not stop
             report.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}"[:400])
-            release_memory()
+            release_cached_memory()
             return None
 
     # 2. full epochs with evaluation at the largest safe batch the search found
@@ -271,7 +272,7 @@ def main_single(args: argparse.Namespace) -> int:
             try:
                 return found_batch_epochs(result.config_path, result.loader_path, safe, args.epochs)
             except torch.OutOfMemoryError as exc:
-                release_memory()
+                release_cached_memory()
                 return {"batch": safe, "oom_free": False, "error": str(exc)[:300]}
 
         report["found_batch_epoch"] = guarded("epochs at the found batch", epochs)

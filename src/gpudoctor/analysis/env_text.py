@@ -14,15 +14,21 @@ def row(layer: Layer, name: str, verdict: Verdict, evidence: str, fix: str = "")
                        fix="" if verdict is Verdict.PASS else fix)
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """``"12.4"`` → ``(12, 4)``; ``"580.95.05"`` → ``(580, 95, 5)``; non-digits end a part."""
+def version_parts(text: str) -> tuple[int, ...]:
+    """``"12.4"`` → ``(12, 4)``; ``"2.6.0rc1"`` → ``(2, 6, 0)``: each part's leading digits, up to
+    the first part that has none; ``()`` when the text starts with no digit."""
     parts = []
     for piece in text.split("."):
         match = re.match(r"\d+", piece)
         if not match:
             break
         parts.append(int(match.group()))
-    return tuple(parts) or (0,)
+    return tuple(parts)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """:func:`version_parts`, ``(0,)`` for no version: ``"580.95.05"`` → ``(580, 95, 5)``."""
+    return version_parts(text) or (0,)
 
 
 def cuda_tag(cuda: str | None, hip: str | None = None) -> str:

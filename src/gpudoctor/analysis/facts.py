@@ -14,7 +14,7 @@ from gpudoctor.analysis.breakdown import (
 )
 from gpudoctor.analysis.steps import RankStepStats, rank_step_stats
 from gpudoctor.analysis.thresholds import Thresholds
-from gpudoctor.analysis.utilization import GpuUtilSummary, HostMemoryTrend, host_memory_trend, summarize_gpus
+from gpudoctor.analysis.utilization import GpuUtilSummary, BytesTrend, host_memory_trend, summarize_gpus
 from gpudoctor.records.run import LoaderConfig, RankConfig, WindowSummary
 from gpudoctor.records.rundir import RunData
 
@@ -136,7 +136,7 @@ class RunFacts:
     on_gpu: bool
     configs: dict[int, RankConfig]
     ran_out_of_memory: bool = False  # an OOM snapshot was written, or the allocator counted one
-    host_memory: HostMemoryTrend | None = None  # the process tree's RSS over the run (host samples)
+    host_memory: BytesTrend | None = None  # the process tree's RSS over the run (host samples)
 
 
 def _nvml_util(gpus: list[GpuUtilSummary], config: RankConfig | None) -> float | None:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpudoctor.analysis.steps import LineFit, least_squares, median
-from gpudoctor.analysis.utilization import IDLE_UTIL_PCT
+from gpudoctor.analysis.utilization import IDLE_UTIL_PCT, BytesTrend, bytes_trend
 from gpudoctor.records.gpu import GpuSample, HostSample
 from gpudoctor.records.units import MIB
 
@@ -100,25 +100,12 @@ class MetricStats:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryTrend:
-    """Memory used against time: ``fit`` over the whole soak (bytes against seconds), ``late_fit``
+class MemoryTrend(BytesTrend):
+    """Memory used against time (:class:`BytesTrend`: ``fit`` over the whole soak), ``late_fit``
     over its later half; ``leak_like`` when the climb passes every ``leak_*`` limit."""
 
-    fit: LineFit
     late_fit: LineFit | None
-    first_bytes: int
-    last_bytes: int
-    span_s: float
     leak_like: bool
-
-    @property
-    def bytes_per_min(self) -> float:
-        return self.fit.slope * 60.0
-
-    @property
-    def growth_bytes(self) -> float:
-        """Growth along the fitted line over the span (less noisy than last minus first)."""
-        return self.fit.slope * self.span_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,14 +183,11 @@ def metric_stats(values: Sequence[float], metric: str = "", label: str = "") -> 
 def memory_trend(points: Sequence[tuple[float, float]]) -> MemoryTrend | None:
     """Fit memory (bytes) against time (s) and judge it by the ``leak_*`` limits; ``None`` under
     3 points. Also the live leak hint's test, over the monitor's recent memory trail."""
+    whole = bytes_trend(points)
+    if whole is None:
+        return None
     pts = sorted(points)
-    if len(pts) < 3:
-        return None
-    t0 = pts[0][0]
-    fit = least_squares([t - t0 for t, _ in pts], [b for _, b in pts])
-    if fit is None:
-        return None
-    span = pts[-1][0] - t0
+    t0, fit, span = pts[0][0], whole.fit, whole.span_s
     half = [p for p in pts if p[0] >= t0 + span / 2]
     late = least_squares([t - t0 for t, _ in half], [b for _, b in half])
     lim = SOAK_LIMITS
@@ -213,8 +197,8 @@ def memory_trend(points: Sequence[tuple[float, float]]) -> MemoryTrend | None:
         and fit.r2 >= lim["leak_min_r2"].value
         and late is not None and late.slope >= lim["leak_late_slope_frac"].value * fit.slope
     )
-    return MemoryTrend(fit=fit, late_fit=late, first_bytes=int(pts[0][1]),
-                       last_bytes=int(pts[-1][1]), span_s=span, leak_like=leak)
+    return MemoryTrend(fit=fit, first_bytes=whole.first_bytes, last_bytes=whole.last_bytes, span_s=span,
+                       late_fit=late, leak_like=leak)
 
 
 def _weights(times: Sequence[float]) -> list[float]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpudoctor.analysis.one_off import OneOff, find_one_off
 from gpudoctor.analysis.step_tail import Tail, step_tail
@@ -364,5 +364,14 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
     )
 
 
+def stats_past_warmup(steps: Sequence[StepRecord], warmup: int) -> RankStepStats | None:
+    """:func:`rank_step_stats` of a tuner trial, which sizes its own warm-up: exactly the first
+    ``warmup`` steps dropped (no ``warmup_frac`` on top; the last step kept when no other is left).
+    ``tune`` on a target and on a script both measure their trials with it, with the medians,
+    means and throughput ``run`` quotes."""
+    th = replace(Thresholds(), warmup_steps=warmup, warmup_frac=0.0, min_steps=1)
+    return rank_step_stats(steps, th)
+
+
 __all__ = ["LineFit", "OneOff", "RankStepStats", "StepTrend", "Tail", "least_squares", "median", "rank_step_stats",
-           "steady_and_one_off", "steady_steps", "step_trend"]
+           "stats_past_warmup", "steady_and_one_off", "steady_steps", "step_trend"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
 from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
-from gpudoctor.analysis.utilization import HostMemoryTrend
+from gpudoctor.analysis.utilization import BytesTrend
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.units import human_bytes
 
@@ -92,7 +92,7 @@ def _causes(rf: RankFacts, facts: RunFacts, th: Thresholds) -> list[str]:
     return out
 
 
-def _host_line(host: HostMemoryTrend | None, rf: RankFacts, th: Thresholds) -> str:
+def _host_line(host: BytesTrend | None, rf: RankFacts, th: Thresholds) -> str:
     loader = main_loader(rf.config)
     workers = loader.num_workers if loader is not None else 0
     if host is None:

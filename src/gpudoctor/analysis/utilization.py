@@ -88,12 +88,13 @@ def summarize_gpus(samples: Sequence[GpuSample]) -> list[GpuUtilSummary]:
 
 
 @dataclass(frozen=True, slots=True)
-class HostMemoryTrend:
-    """Resident memory of the watched process tree (the script, its DataLoader workers, torchrun's
-    ranks) over the run, from the host samples: a least-squares line against time.
+class BytesTrend:
+    """Memory (bytes) against time: a least-squares line. The run's process-tree RSS
+    (:func:`host_memory_trend`) and, with a leak verdict on top, the soak's and the monitor's
+    memory trends (:class:`gpudoctor.analysis.soak.MemoryTrend`).
 
     Attributes:
-        fit: bytes against seconds since the first sample.
+        fit: bytes against seconds since the first reading.
         first_bytes, last_bytes: the first and last readings; ``span_s``: seconds between them.
     """
 
@@ -106,22 +107,30 @@ class HostMemoryTrend:
     def bytes_per_min(self) -> float:
         return self.fit.slope * 60.0
 
+    @property
+    def growth_bytes(self) -> float:
+        """Growth along the fitted line over the span (less noisy than last minus first)."""
+        return self.fit.slope * self.span_s
 
-def host_memory_trend(samples: Sequence[HostSample], start_s: float,
-                      end_s: float) -> HostMemoryTrend | None:
-    """Fit the process tree's RSS against time between ``start_s`` and ``end_s`` (the steady
-    steps: start-up, which loads CUDA and the data, and the exit are not growth); ``None`` under
-    3 readings that know it."""
-    known = sorted((s.timestamp_s, s.tree_rss_bytes) for s in samples
-                   if s.tree_rss_bytes and start_s <= s.timestamp_s <= end_s)
-    if len(known) < 3:
+
+def bytes_trend(points: Sequence[tuple[float, float]]) -> BytesTrend | None:
+    """Fit ``(seconds, bytes)`` points, in any order; ``None`` under 3 points or all at one time."""
+    pts = sorted(points)
+    if len(pts) < 3:
         return None
-    t0 = known[0][0]
-    fit = least_squares([t - t0 for t, _ in known], [float(b) for _, b in known])
+    t0 = pts[0][0]
+    fit = least_squares([t - t0 for t, _ in pts], [float(b) for _, b in pts])
     if fit is None:
         return None
-    return HostMemoryTrend(fit=fit, first_bytes=known[0][1], last_bytes=known[-1][1],
-                           span_s=known[-1][0] - t0)
+    return BytesTrend(fit=fit, first_bytes=int(pts[0][1]), last_bytes=int(pts[-1][1]), span_s=pts[-1][0] - t0)
 
 
-__all__ = ["IDLE_UTIL_PCT", "GpuUtilSummary", "HostMemoryTrend", "host_memory_trend", "summarize_gpus"]
+def host_memory_trend(samples: Sequence[HostSample], start_s: float, end_s: float) -> BytesTrend | None:
+    """Resident memory of the watched process tree (the script, its DataLoader workers, torchrun's
+    ranks) between ``start_s`` and ``end_s`` (the steady steps: start-up, which loads CUDA and the
+    data, and the exit are not growth); ``None`` under 3 readings that know it."""
+    return bytes_trend([(s.timestamp_s, float(s.tree_rss_bytes)) for s in samples
+                        if s.tree_rss_bytes and start_s <= s.timestamp_s <= end_s])
+
+
+__all__ = ["IDLE_UTIL_PCT", "BytesTrend", "GpuUtilSummary", "bytes_trend", "host_memory_trend", "summarize_gpus"]

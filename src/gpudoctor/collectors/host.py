@@ -10,13 +10,13 @@ a Python process pinning one core while the GPU idles is the data-loader signatu
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.collectors.cadence import Every
+from gpudoctor.collectors.periodic import PeriodicSampler
 from gpudoctor.records.gpu import HostSample
 
 
@@ -36,7 +36,7 @@ def command_for_pid(pid: int) -> str:
         return ""
 
 
-class HostSampler:
+class HostSampler(PeriodicSampler[HostSample]):
     """Sample host CPU/RAM (and a process tree) every ``interval`` seconds on a daemon thread.
 
     Args:
@@ -52,9 +52,14 @@ class HostSampler:
             read, and one that exits is dropped at once. A new child shows up at the next
             listing.
 
-    The first CPU reading after start is relative to the moment the sampler was created
-    (psutil measures CPU use between two calls).
+    The thread (:class:`~gpudoctor.collectors.periodic.PeriodicSampler`) takes its first sample
+    one interval after start: psutil measures CPU use between two calls, and the thread primes its
+    own counters when it starts. A ``sample_once()`` before that is relative to the moment the
+    sampler was created.
     """
+
+    thread_name = "gpudoctor-host"
+    sample_at_start = False
 
     def __init__(
         self,
@@ -67,28 +72,18 @@ class HostSampler:
         clock: Callable[[], float] = time.time,
         tree_interval: float = 2.0,
     ) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be > 0 seconds, got {interval!r}; try 0.5")
+        super().__init__(interval, on_sample, maxlen, hint=0.5)
         if not tree_interval >= 0:
             raise ValueError(
                 f"tree_interval must be >= 0 seconds (0 = every sample), got {tree_interval!r}"
             )
         self._tree_every = Every(tree_interval, slack=interval / 4)
-        if maxlen < 1:
-            raise ValueError(f"maxlen must be at least 1, got {maxlen!r}")
-        self.interval = float(interval)
         self.root_pid = root_pid
-        self.on_sample = on_sample
-        self.maxlen = maxlen
-        self.last_error: BaseException | None = None
         self.available = True
         self.unavailable_reason = ""
         self._clock = clock
         self._buffer: deque[HostSample] = deque(maxlen=maxlen)
         self._procs: dict[int, Any] = {}  # pid -> psutil.Process, kept for cpu_percent deltas
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._ps = psutil_module
         if self._ps is None:
             try:
@@ -108,6 +103,8 @@ class HostSampler:
         """
         self._ps.cpu_percent(interval=None)
         self._ps.cpu_percent(interval=None, percpu=True)
+
+    _thread_started = _prime
 
     def _tree(self, now: float) -> tuple[tuple[int, ...], float | None, int | None]:
         ps = self._ps
@@ -162,11 +159,7 @@ class HostSampler:
         )
         with self._lock:
             self._buffer.append(sample)
-        if self.on_sample is not None:
-            try:
-                self.on_sample(sample)
-            except Exception as exc:
-                self.last_error = exc
+        self._deliver(sample)
         return sample
 
     def samples(self) -> list[HostSample]:
@@ -177,35 +170,3 @@ class HostSampler:
     def latest(self) -> HostSample | None:
         with self._lock:
             return self._buffer[-1] if self._buffer else None
-
-    def _run(self) -> None:
-        self._prime()
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            next_t += self.interval
-            now = time.monotonic()
-            if next_t < now:
-                next_t = now
-            if self._stop.wait(next_t - now):
-                break
-            self.sample_once()
-
-    def start(self) -> HostSampler:
-        """Start the daemon thread; the first sample comes one interval later."""
-        if self._thread is None and self.available:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="gpudoctor-host", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> HostSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -31,15 +31,15 @@ the CLI calls :func:`default_nvml`, which tests replace with ``monkeypatch``.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpudoctor.collectors.cadence import Deadlines, Every
+from gpudoctor.collectors.cadence import Every
 from gpudoctor.collectors.nvml_device import CLOCK_EVENT_REASONS, Device, decode_clock_event_reasons
 from gpudoctor.collectors.nvml_extras import identity, normalise_bus_id
+from gpudoctor.collectors.periodic import PeriodicSampler
 from gpudoctor.records.gpu import GpuSample
 
 
@@ -83,7 +83,7 @@ def default_nvml() -> Any:
     return pynvml
 
 
-class GpuSampler:
+class GpuSampler(PeriodicSampler[GpuSample]):
     """Sample NVML every ``interval`` seconds on a daemon thread into a bounded ring buffer.
 
     Args:
@@ -112,7 +112,12 @@ class GpuSampler:
         with GpuSampler(interval=0.2) as s:
             train()
         samples = s.samples()
+
+    The thread, ``start``/``stop`` and the callback are
+    :class:`~gpudoctor.collectors.periodic.PeriodicSampler`'s; ``stop`` also shuts NVML down.
     """
+
+    thread_name = "gpudoctor-nvml"
 
     def __init__(
         self,
@@ -130,10 +135,7 @@ class GpuSampler:
         slow_interval: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be > 0 seconds, got {interval!r}; try 0.2")
-        if maxlen < 1:
-            raise ValueError(f"maxlen must be at least 1, got {maxlen!r}")
+        super().__init__(interval, on_sample, maxlen, hint=0.2, monotonic=monotonic)
         for what, value in (("process_interval", process_interval),
                             ("pcie_interval", pcie_interval), ("slow_interval", slow_interval)):
             if not value >= 0:
@@ -141,15 +143,9 @@ class GpuSampler:
         self.process_interval = float(process_interval)
         self.pcie_interval = float(pcie_interval)
         self.slow_interval = float(slow_interval)
-        self._monotonic = monotonic
-        self.skipped_ticks = 0  # ticks the thread missed because a sample ran past its deadline
-        self.interval = float(interval)
         self.indices = None if indices is None else tuple(indices)
-        self.on_sample = on_sample
-        self.maxlen = maxlen
         self.processes = processes
         self.pcie = pcie
-        self.last_error: BaseException | None = None
         self._nvml = nvml
         self._clock = clock
         self._opened = False
@@ -157,10 +153,6 @@ class GpuSampler:
         self._reason = ""
         self._devices: list[Device] = []
         self._buffers: dict[int, deque[GpuSample]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._cpu_s = 0.0
 
     # -- opening NVML -------------------------------------------------------------------------
     @property
@@ -247,6 +239,9 @@ class GpuSampler:
                 out[i] = ("", "")
         return out
 
+    def _stopped(self) -> None:
+        self._close()
+
     def _close(self) -> None:
         self._opened = False  # a later start() opens NVML again; the ring buffers stay
         self._devices = []
@@ -286,12 +281,8 @@ class GpuSampler:
         with self._lock:
             for s in out:
                 self._buffers[s.index].append(s)
-        if self.on_sample is not None:
-            for s in out:
-                try:
-                    self.on_sample(s)
-                except Exception as exc:  # a full disk must not kill the sampler
-                    self.last_error = exc
+        for s in out:
+            self._deliver(s)
         return out
 
     def samples(self) -> list[GpuSample]:
@@ -311,48 +302,6 @@ class GpuSampler:
         with self._lock:
             buf = self._buffers.get(index, ())
             return list(buf)[-n:] if n < len(buf) else list(buf)
-
-    def cpu_time_s(self) -> float:
-        """CPU seconds the current (or last) sampler thread has used, read after each sample."""
-        return self._cpu_s
-
-    def _run(self) -> None:
-        self._loop(self._stop.wait)
-
-    def _loop(self, wait: Callable[[float], bool]) -> None:
-        """Sample on the grid ``start + k * interval`` until ``wait(seconds)`` returns True."""
-        ticks = Deadlines(self.interval, self._monotonic())
-        while not self._stop.is_set():
-            self.sample_once()
-            self._cpu_s = time.thread_time()
-            pause = ticks.wait_after_tick(self._monotonic())
-            self.skipped_ticks = ticks.skipped
-            if wait(pause):
-                break
-
-    def start(self) -> GpuSampler:
-        """Start the daemon thread (does nothing when NVML is unavailable)."""
-        if self._thread is not None or not self.available:
-            return self
-        self._stop.clear()
-        self._cpu_s = 0.0
-        self._thread = threading.Thread(target=self._run, name="gpudoctor-nvml", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the thread, wait for the sample in flight, and shut NVML down."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self._close()
-
-    def __enter__(self) -> GpuSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 __all__ = [

@@ -1,11 +1,13 @@
-"""Read the CUDA caching allocator's statistics into :class:`AllocatorStats` records.
+"""The CUDA caching allocator: its statistics as :class:`AllocatorStats` records, and handing
+its cached memory back (:func:`release_cached_memory`).
 
 Command-line equivalent: ``python -c "import torch; print(torch.cuda.memory_summary())"``.
-These calls read host-side counters: they add no host-device synchronisation.
+The statistics are host-side counters: reading them adds no host-device synchronisation.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.records.memory import AllocatorStats
@@ -39,3 +41,19 @@ def allocator_stats(device: torch.device | int | None = None) -> AllocatorStats 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     return stats_from_mapping(torch.cuda.memory_stats(device))
+
+
+def release_cached_memory() -> None:
+    """Free the GPU memory nothing uses any more: collect unreachable Python objects (the frames
+    of a failed step's traceback hold its activations until collected), then return the caching
+    allocator's unused blocks to the driver (``torch.cuda.empty_cache()``).
+
+    For between trials, runs and measurements, and after an out-of-memory error; never in the
+    step loop, where it only makes the next steps allocate again. Does not initialise CUDA: with
+    CUDA unused it only collects.
+    """
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -18,8 +18,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from gpudoctor.analysis.env_text import version_parts
 from gpudoctor.errors import GpuDoctorUserError
-from gpudoctor.lint.project import parse_version
 
 KEYS = frozenset({"select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "target-torch"})
 
@@ -94,7 +94,7 @@ def load_table(table: dict, file: Path) -> LintConfig:
     if not isinstance(pfi, dict):
         raise GpuDoctorUserError(f"{file}: per-file-ignores must be a table of glob = [codes]")
     target = table.get("target-torch")
-    if target is not None and (not isinstance(target, str) or not parse_version(target)):
+    if target is not None and (not isinstance(target, str) or not version_parts(target)):
         raise GpuDoctorUserError(f"{file}: target-torch must be a version string such as \"2.6\"")
     return LintConfig(
         root=file.parent,
@@ -103,6 +103,6 @@ def load_table(table: dict, file: Path) -> LintConfig:
         exclude=_codes(table.get("exclude", []), "exclude", file) + _codes(
             table.get("extend-exclude", []), "exclude", file),
         per_file_ignores=tuple((glob, _codes(codes, "per-file-ignores", file)) for glob, codes in pfi.items()),
-        target_torch=parse_version(target) if target else None,
+        target_torch=version_parts(target) if target else None,
         source=file,
     )

@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, field
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +20,7 @@ from gpudoctor.lint.config import LintConfig
 from gpudoctor.lint.fileio import SourceFile, decode, encode, is_regular, read_source, write_atomic
 from gpudoctor.lint.project import project_mentions, torch_floor
 from gpudoctor.lint.registry import select_rules
+from gpudoctor.lint.rule_run import noqa_map, run_rule, silenced
 from gpudoctor.lint.shell import lint_shell
 from gpudoctor.lint.walker import build_context
 from gpudoctor.records.lint import LintReport, LintViolation
@@ -30,7 +31,6 @@ SUFFIXES = (".py", ".sh")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox",
                        "node_modules", "build", "dist", "site-packages", ".mypy_cache", ".pytest_cache",
                        ".ruff_cache", ".eggs"})
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 _LINES = re.compile(r"\r\n|\r|\n")
 
 
@@ -61,28 +61,6 @@ def discover(paths: Sequence[str | Path], config: LintConfig | None = None) -> l
     return [p for p in dict.fromkeys(found) if is_regular(p) and not (config and config.excluded(p))]
 
 
-def _noqa_map(lines: list[str]) -> dict[int, frozenset[str] | None]:
-    """line -> codes silenced on it (``None`` for a bare ``# noqa``, which silences all)."""
-    out: dict[int, frozenset[str] | None] = {}
-    for number, line in enumerate(lines, start=1):
-        if "noqa" not in line.lower():
-            continue
-        match = _NOQA.search(line)
-        if match:
-            codes = match.group("codes")
-            out[number] = frozenset(re.split(r"[\s,]+", codes.upper())) if codes else None
-    return out
-
-
-def _silenced(noqa: dict[int, frozenset[str] | None], code: str, lines: Iterable[int]) -> bool:
-    for line in lines:
-        if line in noqa:
-            codes = noqa[line]
-            if codes is None or code in codes:
-                return True
-    return False
-
-
 def _column(lines: list[str], line: int, col_offset: int) -> int:
     """1-based character column from ast's byte offset."""
     text = lines[line - 1] if 0 < line <= len(lines) else ""
@@ -109,22 +87,19 @@ def lint_source(source: str, path: str, rules: Sequence[ModuleType], *,
     ctx.torch_floor = torch_floor
     ctx.cv2_threads_elsewhere = cv2_threads_elsewhere
     rules = [rule for rule in rules if getattr(rule, "KIND", "py") == "py"]
-    noqa = _noqa_map(lines)
+    noqa = noqa_map(lines)
     out: list[LintViolation] = []
     seen: set[tuple[int, int, str]] = set()
     for rule in rules:
-        try:
-            hits = list(rule.check(ctx))
-        except Exception as exc:  # a rule bug must not hide the other rules' results
-            out.append(LintViolation(path=path, line=1, col=1, code=rule.CODE, severity="error",
-                                     message=f"internal error in rule {rule.CODE}: {exc!r}; please report it"))
-            continue
+        hits, failed = run_rule(rule, ctx, path)
+        if failed is not None:
+            out.append(failed)
         for hit in hits:
             node = hit.node
             line, end = node.lineno, getattr(node, "end_lineno", None) or node.lineno
             col = _column(lines, line, node.col_offset)
             key = (line, col, rule.CODE)
-            if key in seen or _silenced(noqa, rule.CODE, {line, end}):
+            if key in seen or silenced(noqa, rule.CODE, {line, end}):
                 continue
             seen.add(key)
             out.append(LintViolation(path=path, line=line, col=col, code=rule.CODE,

@@ -17,6 +17,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from gpudoctor.analysis.env_text import version_parts
+
 _FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 _REQ = re.compile(
     r"""(?:^|["'\s,\[])torch\s*(?:\[[^\]]*\]\s*)?(?P<spec>(?:(?:===|>=|==|~=|<=|!=|>|<)\s*[0-9][0-9a-z.*+]*\s*,?\s*)*)"""
@@ -27,20 +29,9 @@ _CLAUSE = re.compile(r"(===|>=|==|~=|<=|!=|>|<)\s*([0-9][0-9a-z.*+]*)")
 _STOP = (".git", ".hg")
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    """``"2.7.1"`` -> (2, 7, 1); trailing non-digits are dropped (``"2.6.0rc1"`` -> (2, 6, 0))."""
-    parts = []
-    for piece in text.split("."):
-        digits = re.match(r"\d+", piece)
-        if not digits:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
-
-
 def floor_of(spec: str) -> tuple[int, ...] | None:
     """The lower bound a specifier such as ``>=2.6,<3`` puts on the version (None: no bound)."""
-    floors = [parse_version(v) for op, v in _CLAUSE.findall(spec) if op in (">=", "==", "~=", "===", ">")]
+    floors = [version_parts(v) for op, v in _CLAUSE.findall(spec) if op in (">=", "==", "~=", "===", ">")]
     return max(floors) if floors else None
 
 
@@ -78,13 +69,18 @@ def _folder_floor(folder: Path) -> tuple[int, ...] | None:
 
 def torch_floor(path: str) -> tuple[int, ...] | None:
     """The declared lower bound on torch for the project holding ``path`` (None when unknown)."""
+    folder = _folder_of(path)
+    return None if folder is None else _folder_floor(folder)
+
+
+def _folder_of(path: str) -> Path | None:
+    """The folder holding ``path`` (None for stdin, ``-``, or a path that cannot be resolved)."""
     if not path or path == "-":
         return None
     try:
-        folder = Path(path).resolve().parent
+        return Path(path).resolve().parent
     except (OSError, RuntimeError):
         return None
-    return _folder_floor(folder)
 
 
 _ROOT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
@@ -122,10 +118,5 @@ def project_mentions(path: str, needle: str) -> bool:
     """Whether any Python file of the project holding ``path`` (the nearest folder up with
     ``.git``/``pyproject.toml``/``setup.py``, else the file's own folder) contains ``needle``.
     Read once per project and needle; used for settings made in another module (GD105)."""
-    if not path or path == "-":
-        return False
-    try:
-        folder = Path(path).resolve().parent
-    except (OSError, RuntimeError):
-        return False
-    return _tree_mentions(_root(folder) or folder, needle)
+    folder = _folder_of(path)
+    return folder is not None and _tree_mentions(_root(folder) or folder, needle)

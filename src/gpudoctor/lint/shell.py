@@ -6,14 +6,12 @@ silent on anything they cannot read plainly. ``# noqa: GD413`` works as in Pytho
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from gpudoctor.lint.rule_run import noqa_map, run_rule, silenced
 from gpudoctor.records.lint import LintViolation
-
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -70,18 +68,14 @@ def lint_shell(source: str, path: str, rules: Sequence[ModuleType]) -> list[Lint
     if not rules:
         return []
     ctx = ShellContext(path=path, source=source, lines=logical_lines(source))
-    raw_lines = source.splitlines()
+    noqa = noqa_map(source.splitlines())
     out: list[LintViolation] = []
     for rule in rules:
-        try:
-            hits = list(rule.check(ctx))
-        except Exception as exc:  # a rule bug must not hide the other rules' results
-            out.append(LintViolation(path=path, line=1, col=1, code=rule.CODE, severity="error",
-                                     message=f"internal error in rule {rule.CODE}: {exc!r}; please report it"))
-            continue
+        hits, failed = run_rule(rule, ctx, path)
+        if failed is not None:
+            out.append(failed)
         for line, col, message in hits:
-            match = _NOQA.search(raw_lines[line - 1]) if 0 < line <= len(raw_lines) else None
-            if match and (not match.group("codes") or rule.CODE in match.group("codes").upper()):
+            if silenced(noqa, rule.CODE, (line,)):
                 continue
             out.append(LintViolation(path=path, line=line, col=col, code=rule.CODE, message=message or rule.MESSAGE,
                                      severity=rule.SEVERITY, fixable=False))

@@ -18,12 +18,12 @@ Command-line equivalent of the GPU measurement::
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import memory_model
+from gpudoctor.core.memory import release_cached_memory
 from gpudoctor.records.memory import MemoryEstimate, MemoryPoint, StageMemory
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -153,8 +153,7 @@ def measure_point(model_factory, make_batch, batch, config, device, loss_fn=None
     last = config.steps - 1
     peak = max(s.peak_allocated_bytes for s in stages if s.step == last and s.stage != "model")
     del model, opt
-    gc.collect()
-    torch.cuda.empty_cache()
+    release_cached_memory()
     return MemoryPoint(batch_size=batch, peak_allocated_bytes=peak, stages=tuple(stages))
 
 

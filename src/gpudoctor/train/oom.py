@@ -14,13 +14,13 @@ ends the run) is dumped with its allocation sites and the full snapshot for PyTo
 
 from __future__ import annotations
 
-import gc
 import warnings
 from pathlib import Path
 
 import torch
 
 from gpudoctor.core import memory_history as mh
+from gpudoctor.core.memory import release_cached_memory
 from gpudoctor.records.base import write_json
 from gpudoctor.records.units import human_bytes
 from gpudoctor.train.config import TrainConfig
@@ -32,9 +32,7 @@ HISTORY_ENTRIES = 100_000  # alloc/free events kept (a ring buffer: the most rec
 def free_memory(optimizer: torch.optim.Optimizer) -> None:
     """Drop what a failed attempt holds: gradients, unreachable activations, cached blocks."""
     optimizer.zero_grad(set_to_none=True)
-    gc.collect()  # the traceback's frames hold activations until collected
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()  # only here, after an OOM: in the loop it would only slow steps
+    release_cached_memory()  # only here, after an OOM: in the loop it would only slow steps
 
 
 class MicroBatchSplit:

@@ -30,7 +30,6 @@ script's own code: those knobs need ``--target`` and are reported as skipped.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import shutil
@@ -38,8 +37,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from gpudoctor.analysis.steps import stats_past_warmup
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
 from gpudoctor.tune.noise import beats, compare, pick, rotated
 from gpudoctor.tune.session import aggregate, measured
@@ -105,24 +104,12 @@ def measure(command: tuple[str, ...], knobs: str, run_dir: Path, *, steps: int, 
     if len(records) - warmup < 2:
         return Trial(**base, verdict=TrialVerdict.FAILED, steps=len(records),
                      reason=f"only {len(records)} steps recorded: the trial did not really execute")
-    stats = steady_stats(records, warmup)
+    stats = stats_past_warmup(records, warmup)
+    assert stats is not None  # records is not empty
     losses = [r.loss for r in sorted(records, key=lambda r: r.step)[warmup:] if r.loss is not None]
     return Trial(**base, verdict=TrialVerdict.OK, steps=len(records), step_ms=stats.mean_step_ms,
                  samples_per_s=stats.samples_per_s, data_wait_ms=stats.mean_data_wait_ms,
                  peak_mem_bytes=_peak(records), loss=losses[-1] if losses else None)
-
-
-def steady_stats(records: list, warmup: int) -> Any:
-    """The step statistics of a trial past its own warm-up (``warmup`` steps, sized from the
-    reference run's step time), from :mod:`gpudoctor.analysis.steps`: the one definition of the
-    steady steps and of throughput (samples over their total time) that ``run`` uses too."""
-    from gpudoctor.analysis.steps import rank_step_stats
-    from gpudoctor.analysis.thresholds import Thresholds
-
-    th = dataclasses.replace(Thresholds(), warmup_steps=warmup, warmup_frac=0.0, min_steps=2)
-    stats = rank_step_stats(records, th)
-    assert stats is not None  # records is not empty
-    return stats
 
 
 def _peak(records: list) -> int | None:

@@ -14,7 +14,8 @@ previous trial released; ``isolation="process"`` runs each in a fresh ``python -
 gpudoctor.tune.trials`` child, so not even allocator fragmentation carries over.
 
 Three kinds of trial: ``train`` (real optimizer steps on batches cached on the device: the GPU's
-own consumption rate, no loader in the way; the median step after the warm-up), ``eval`` (the
+own consumption rate, no loader in the way; the median step after the warm-up, by
+:func:`gpudoctor.analysis.steps.stats_past_warmup`), ``eval`` (the
 evaluation pass alone, no gradients) and ``loader`` (real optimizer steps fed by the real
 ``DataLoader``; the rate of the whole run, worker start and queue filling included).
 """
@@ -22,17 +23,17 @@ evaluation pass alone, no gradients) and ``loader`` (real optimizer steps fed by
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpudoctor.analysis.steps import stats_past_warmup
+from gpudoctor.core.memory import release_cached_memory
 from gpudoctor.records.step import StepRecord
 from gpudoctor.records.tune import Trial, TrialVerdict
 from gpudoctor.tune.target import LoaderSettings, TuneTarget
@@ -158,18 +159,6 @@ def make_loader(dataset: Any, batch_size: int, settings: LoaderSettings, *, seed
                       drop_last=drop_last), num_workers=workers, pin_memory=pin, drop_last=drop_last, **extra)
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _free() -> None:
-    import torch
-
-    gc.collect()  # frames of a failed step hold activations until collected
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
 def execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) -> Trial:
     """Run ``spec`` in this process and classify how it ended (``KeyboardInterrupt`` passes through)."""
     return _execute(target, spec, pools)[0]
@@ -192,7 +181,7 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     except NonFiniteLossError as exc:
         verdict, reason, measured = TrialVerdict.REJECTED, f"non-finite loss: {exc}"[:300], None
     except KeyboardInterrupt:
-        _free()
+        release_cached_memory()
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure is this trial's verdict, not the tuner's
         verdict, reason, measured = TrialVerdict.FAILED, f"{type(exc).__name__}: {exc}"[:300], None
@@ -200,7 +189,7 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     else:
         verdict, reason = TrialVerdict.OK, ""
     finally:
-        _free()
+        release_cached_memory()
     wall = time.perf_counter() - started
     if measured is None:
         return Trial(**base, verdict=verdict, reason=reason, wall_s=wall), poisoned
@@ -260,16 +249,17 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
         epochs = max(1, math.ceil(total / max(len(data), 1)) + 1)
         result = trainer.fit(data, epochs=epochs)  # ends with a SYNC (the tracker's flush)
         del data
-        steady = collect.records[spec.warmup:]
-        if spec.mode == "loader" and spec.warmup > 0 and len(collect.records) > spec.warmup:
+        # the steps past the trial's own warm-up, by the one definition (analysis/steps.py)
+        stats = stats_past_warmup(collect.records, spec.warmup)
+        if spec.mode == "loader" and spec.warmup > 0 and stats is not None and len(collect.records) > spec.warmup:
             # Steady state: from the end of the last warm-up step (workers started, queues filled,
             # cuDNN and compile done) to the end of the last step; the loader still has to keep up
             # over at least a few seconds of steps (the caller sizes them).
-            first, last = collect.records[spec.warmup - 1], collect.records[-1]
-            span = last.t_end_s - first.t_end_s
-            count = len(collect.records) - spec.warmup
-            step_ms = span * 1e3 / count if span > 0 else None
-            rate = sum(r.samples or spec.batch_size for r in steady) / span if span > 0 else None
+            records = sorted(collect.records, key=lambda r: r.step)
+            span = records[-1].t_end_s - records[spec.warmup - 1].t_end_s
+            samples = stats.total_samples if stats.total_samples is not None else spec.batch_size * stats.n_used
+            step_ms = span * 1e3 / stats.n_used if span > 0 else None
+            rate = samples / span if span > 0 else None
         elif spec.mode == "loader":
             # The whole run, from the loader's first batch (workers starting, queues filling) to
             # the last step's end on the GPU: a few steps served from a full prefetch queue would
@@ -277,12 +267,12 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
             step_ms = result.elapsed_s * 1e3 / max(result.steps, 1)
             rate = result.overall_samples_per_s or None
         else:
-            host = _median([r.step_ms for r in steady])
-            gpu = _median([r.gpu_ms for r in steady if r.gpu_ms is not None])
+            # the slower of the host's and the GPU's median step (each a median of the steady steps)
+            host, gpu = (None, None) if stats is None else (stats.step_ms, stats.gpu_ms)
             step_ms = max(v for v in (host, gpu, 0.0) if v is not None) or None
             rate = spec.batch_size * 1e3 / step_ms if step_ms else None
         out.update(steps=min(result.steps, len(collect.records)), loss=result.train_loss,
-                   step_ms=step_ms, data_wait_ms=_median([r.data_wait_ms for r in steady]),
+                   step_ms=step_ms, data_wait_ms=None if stats is None else stats.data_wait_ms,
                    samples_per_s=rate,
                    skipped_steps=result.skipped_steps if cfg.precision.dtype == "fp16" else None,
                    scaler_scale=collect.records[-1].scaler_scale if collect.records else None)

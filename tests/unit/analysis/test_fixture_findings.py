@@ -20,11 +20,12 @@ from gpudoctor.records.base import write_json
 from gpudoctor.records.rundir import FINDINGS, KIND_FINDINGS, FindingList, load_run
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-RUNS = sorted(p.parent for d in ("runs", "runs_cpu") for p in (FIXTURES / d).glob(f"*/{FINDINGS}"))
+# every recorded run under tests/fixtures that stores findings (runs, runs_cpu, fix/corpus_runs, ...)
+RUNS = sorted(p.parent for p in FIXTURES.rglob(FINDINGS))
 
 
 def test_the_fixtures_carry_findings() -> None:
-    assert len(RUNS) >= 20, RUNS
+    assert len(RUNS) >= 26, RUNS
 
 
 @pytest.mark.parametrize("run_dir", RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
