@@ -26,7 +26,8 @@ Models:
             (16), engine and hand as for gpt124m; both with MFU against 989 TFLOP/s (dense bf16
             of an H200) by nanoGPT's FLOPs-per-token formula (6N + 12 L H Q T).
   gpt350m_b32  the same at batch 32 (what a user raising the batch for throughput would run).
-  gpt350m_autotune  engine only, batch 16, ``perf.compile_mode="max-autotune-no-cudagraphs"``.
+  gpt350m_b64  the same at batch 64.
+  gpt350m_autotune  engine only, batch 32, ``perf.compile_mode="max-autotune-no-cudagraphs"``.
 
 Both arms of a model get the same optimizer (the user's choice, not the loop's: fused on a GPU).
 Timing: an optimizer step post-hook records a CUDA event after warm-up step ``--warmup`` and after
@@ -288,8 +289,10 @@ def arms(a, ng) -> dict[str, tuple]:
                     "tok"),
         "gpt350m_b32": (lambda: gpt_engine(ng, a, big=True, batch=2 * b350),
                         lambda: gpt_hand(ng, a, big=True, batch=2 * b350), "tok"),
-        "gpt350m_autotune": (lambda: gpt_engine(ng, a, big=True, batch=b350, compile_mode="max-autotune-no-cudagraphs"),
-                             None, "tok"),
+        "gpt350m_b64": (lambda: gpt_engine(ng, a, big=True, batch=4 * b350),
+                        lambda: gpt_hand(ng, a, big=True, batch=4 * b350), "tok"),
+        "gpt350m_autotune": (lambda: gpt_engine(ng, a, big=True, batch=2 * b350,
+                                                compile_mode="max-autotune-no-cudagraphs"), None, "tok"),
     }
 
 
