@@ -29,6 +29,7 @@ from gpudoctor.analysis import (
     trend_rules,
 )
 from gpudoctor.analysis.facts import RunFacts, run_facts
+from gpudoctor.analysis.memory_leak_sites import name_leak_sites
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity, rank_findings
 from gpudoctor.records.rundir import RunData
@@ -114,7 +115,9 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     for rule in RULES:
         findings.extend(rule(facts, th))
     findings.extend(pcie_rules.check_pcie_demand(facts, run.copy_ceiling_gbs))  # with bench copy's figure
-    return order_findings(findings)
+    # the sites a leak grew, when the probes recorded them (memory run, or run once a leak showed)
+    sites = next((s for _, s in sorted(run.leak_sites.items()) if s.sites), None)
+    return order_findings(name_leak_sites(findings, sites, memory_rules.CODE_LEAK))
 
 
 __all__ = ["CORRECTNESS_ORDER", "RULES", "diagnose", "order_findings"]

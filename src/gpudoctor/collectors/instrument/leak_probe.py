@@ -1,17 +1,32 @@
-"""Memory mode: live bytes per allocation site at two steps, to name what a leak holds.
+"""Live bytes per allocation site at two steps, to name what a leak holds.
 
-Allocation history is on for the whole of a memory run (:mod:`memory_probe`). After the probed
-steps, at the optimizer's step pre-hook (the same point of every step), the probe reduces
-``torch.cuda.memory._snapshot()`` to live bytes per user site: once at the first step after the
-probed ones (the base), then every :data:`EVERY` steps and at the last step of ``--steps``,
-each time rewriting ``leak-sites-rank{N}.json`` with the sites that grew since the base
-(:mod:`gpudoctor.analysis.memory_leak_sites`). Taking a snapshot walks the allocator's state on
-the host (tens of ms): a memory diagnosis cost, paid a few times per run, never an OOM needed.
+Memory mode (``gpudoctor memory run``): allocation history is on for the whole run
+(:mod:`memory_probe`). After the probed steps, at the optimizer's step pre-hook (the same point
+of every step), the probe reduces ``torch.cuda.memory._snapshot()`` to live bytes per user site:
+once at the first step after the probed ones (the base), then every :data:`EVERY` steps and at
+the last step of ``--steps``, each time rewriting ``leak-sites-rank{N}.json`` with the sites that
+grew since the base (:mod:`gpudoctor.analysis.memory_leak_sites`).
+
+Plain ``gpudoctor run`` (CUDA only): no history is recorded, but :func:`watch` sees the
+allocated bytes the step boundary already read. When they grew by at least the leak rule's
+``leak_min_bytes_per_step`` on each of the last :attr:`LeakWatch.grow_steps` steps past warm-up,
+it turns history on for a few steps (never inside the profiler window, never past ``--steps``,
+once per process), takes the base snapshot one step later (so the step's own allocations carry
+stacks in both snapshots), the second :attr:`LeakWatch.record_steps` steps after it, stops the
+history and writes the same ``leak-sites-rank{N}.json``: the leak finding of ``run``,
+``diagnose`` and ``report`` then names the sites. An ``atexit`` handler stops the history if the
+script dies in between.
+
+Taking a snapshot walks the allocator's state on the host (tens of ms, at a boundary, outside
+any step's time); while history is on, every allocation records its Python stack (host time in
+the recorded steps). A memory diagnosis cost, paid a few times per run, never an OOM needed.
 """
 
 from __future__ import annotations
 
+import atexit
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.analysis.memory_leak_sites import grown_sites, site_totals
@@ -40,6 +55,13 @@ def live_sites(torch: Any) -> dict[str, tuple[int, int]]:
     return site_totals(snap.blocks)
 
 
+def _write(base: dict[str, tuple[int, int]], base_step: int, totals: dict[str, tuple[int, int]],
+           step: int) -> None:
+    assert S.run_dir is not None
+    sites = LeakSites(step_from=base_step, step_to=step, sites=grown_sites(base, totals))
+    write_json(S.run_dir / leak_sites_file(S.rank), sites, kind=KIND_LEAK_SITES)
+
+
 def due(step: int, first: int, limit: int | None) -> bool:
     """Whether ``step`` takes a snapshot: the base, every EVERY steps after it, the last one."""
     if step < first:
@@ -57,9 +79,145 @@ def on_step(torch: Any, first: int) -> None:
         if L.base is None:
             L.base, L.base_step = totals, S.step
             return
-        sites = LeakSites(step_from=L.base_step, step_to=S.step, sites=grown_sites(L.base, totals))
-        write_json(S.run_dir / leak_sites_file(S.rank), sites, kind=KIND_LEAK_SITES)
+        _write(L.base, L.base_step, totals, S.step)
     except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
         print(f"gpudoctor: allocation sites not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
     finally:
         S.quiet = was_quiet
+
+
+# ---- plain `gpudoctor run`: history for a few steps once a leak shows --------------------------
+
+
+def _c(default: int, reason: str) -> Any:
+    return field(default=default, metadata={"reason": reason})
+
+
+@dataclass(frozen=True, slots=True)
+class LeakWatch:
+    """When ``run`` turns allocation history on, and for how long (the step thresholds are the
+    leak rule's: ``Thresholds.warmup_steps`` and ``leak_min_bytes_per_step``)."""
+
+    grow_steps: int = _c(3, "Consecutive steps past warm-up whose allocated bytes after the boundary grew by at least leak_min_bytes_per_step. A steady loop holds the same bytes at every boundary, so three such growths in a row are already a pattern; more would push the recording into the profiler window of a 20-step run (window 15-19: warm-up 5, 3 growths, history on at boundary 8, base 9, last snapshot 13).")
+    record_steps: int = _c(4, "Steps between the two snapshots: the leak's site grows by 4x its per-step leak, while only 5 steps (one before the base, 4 after) run with allocation stacks recorded, a small part of a 60-step run. A judgement.")
+
+
+class _Watch:
+    """Per-process state of the online check (``run`` only; memory mode has its own history)."""
+
+    def __init__(self) -> None:
+        self.armed = False  # watch the boundaries (run mode); off for good once done
+        self.last = -1  # allocated bytes after the previous boundary
+        self.streak = 0  # consecutive qualifying growths
+        self.started = -1  # the boundary at which history was turned on
+        self.ours = False  # we turned history on (the script had not): we turn it off
+        self.base: dict[str, tuple[int, int]] | None = None
+        self.base_step = -1
+        self.warmup = 5
+        self.min_growth = 0.0
+        self.config = LeakWatch()
+        self.window: tuple[int, int] | None = None
+        self.limit: int | None = None
+
+
+W = _Watch()
+
+
+def arm(window: tuple[int, int] | None, limit: int | None, config: LeakWatch | None = None) -> None:
+    """Turn the online check on for this process (``probes.install``, run mode only)."""
+    from gpudoctor.analysis.thresholds import Thresholds
+
+    th = Thresholds()
+    W.warmup, W.min_growth = th.warmup_steps, th.leak_min_bytes_per_step
+    W.config, W.window, W.limit, W.armed = config or LeakWatch(), window, limit, True
+
+
+def watch(step: int, mem: dict[str, Any] | None) -> None:
+    """At the boundary of ``step``, after the profiler window's own start or stop.
+
+    ``mem``: the step record's allocator counters (``None`` on the CPU: nothing happens). The
+    check itself is an attribute read and a few integer compares per step.
+    """
+    if not W.armed or mem is None:
+        return
+    if W.started < 0:
+        allocated = mem["allocated_bytes"]
+        grew = step > W.warmup and W.last >= 0 and allocated - W.last >= W.min_growth
+        W.last = allocated
+        W.streak = W.streak + 1 if grew else 0
+        if W.streak >= W.config.grow_steps and _clear(step):
+            _start(step)
+        return
+    _recording(step)
+
+
+def _clear(step: int) -> bool:
+    """History on from boundary ``step`` to ``step + 1 + record_steps`` touches neither the
+    profiler window (started at boundary ``first - 1``, stopped at ``last``) nor ``--steps``."""
+    end = step + 1 + W.config.record_steps
+    if W.limit is not None and end > W.limit - 1:
+        return False
+    return W.window is None or step >= W.window[1] or end < W.window[0] - 1
+
+
+def _cuda() -> Any:
+    import torch
+
+    return torch if torch.cuda.is_initialized() else None
+
+
+def _history_on() -> bool:
+    from gpudoctor.core.memory_history import history_enabled
+
+    return history_enabled()
+
+
+def _set_history(on: bool) -> None:
+    from gpudoctor.core.memory_history import start_history, stop_history
+
+    start_history() if on else stop_history()
+
+
+def _start(step: int) -> None:
+    W.started = step
+    if _cuda() is None:
+        W.armed = False
+        return
+    try:
+        if not _history_on():  # a script recording its own history keeps it, on
+            _set_history(True)
+            W.ours = True
+            atexit.register(stop_run_history)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
+        _give_up(exc)
+
+
+def _recording(step: int) -> None:
+    if step == W.started + 1 or step == W.started + 1 + W.config.record_steps:
+        torch = _cuda()
+        try:
+            totals = live_sites(torch)
+            if W.base is None:
+                W.base, W.base_step = totals, step
+                return
+            _write(W.base, W.base_step, totals, step)
+        except Exception as exc:  # noqa: BLE001
+            _give_up(exc)
+            return
+        stop_run_history()
+
+
+def _give_up(exc: Exception) -> None:
+    print(f"gpudoctor: allocation sites not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
+    stop_run_history()
+
+
+def stop_run_history() -> None:
+    """Stop what :func:`watch` started (once; also at exit, if the script died while recording)."""
+    W.armed = False
+    if W.ours:
+        W.ours = False
+        try:
+            _set_history(False)
+        except Exception:  # noqa: BLE001 - the process is ending or CUDA is gone
+            pass

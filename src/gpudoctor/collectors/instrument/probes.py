@@ -42,6 +42,7 @@ from gpudoctor.collectors.instrument import (
     ENV_NVTX,
     ENV_STEPS,
     ENV_TRACE_DIR,
+    leak_probe,
 )
 from gpudoctor.collectors.instrument.state import S, is_owner
 from gpudoctor.collectors.instrument.stepfile import flush_ready
@@ -100,6 +101,8 @@ def install() -> None:
         # Before the boundary hook: the last probed step's "optimizer" stage must be written
         # before the boundary may end the process (--steps).
         memory_probe.install(memory_stages)
+    else:  # memory mode records history all run; plain run turns it on once a leak shows
+        leak_probe.arm(S.window, S.steps_limit)
     optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook)
     if S.window is not None:
         S.seen.prewarm_handle = optim_mod.register_optimizer_step_pre_hook(_prewarm_pre_hook)
@@ -251,6 +254,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
         S.step = step + 1
         S.reset_step()
         _window_boundary(step)
+        leak_probe.watch(step, fields.get("mem"))  # after the window's start or stop
         handle = S.seen.prewarm_handle if S.seen.prewarmed else None
         if handle is not None:
             S.seen.prewarm_handle = None
