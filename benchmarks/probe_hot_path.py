@@ -8,6 +8,9 @@ the originals, in one process on whatever machine runs it. On a machine without 
 parts of the boundary (CUDA events, allocator statistics, lazy device reads) are not exercised;
 the CUDA-side figures come from ``benchmarks/run_overhead.py`` on a GPU.
 
+The online leak check of the boundary (:func:`~gpudoctor.collectors.instrument.leak_probe.watch`)
+is also timed alone, on steady allocator counters (it is inside the CUDA boundary figure).
+
 Each figure is the best of several repeats of a timed loop (the least disturbed by other
 processes), in microseconds per call; ``overhead_us`` is patched minus original.
 """
@@ -127,6 +130,13 @@ def main() -> int:
 
         n_steps = max(args.n // 20, 200)
         boundary_us = _best_us(one_boundary, n_steps, args.repeats)
+        # the online leak check the boundary makes (armed by install: plain run, no memory mode),
+        # on steady allocator counters, minus the cost of calling an empty lambda the same way
+        from gpudoctor.collectors.instrument import leak_probe
+
+        fields = {"mem": {"allocated_bytes": 1 << 30}}
+        watch_us = (_best_us(lambda: leak_probe.watch(10, fields.get("mem")), args.n, args.repeats)
+                    - _best_us(lambda: fields.get("mem"), args.n, args.repeats))
         S.finished = True  # the atexit hook would write the run: nothing to keep here
         if S.writer is not None:
             S.writer.close()
@@ -143,6 +153,7 @@ def main() -> int:
         "calls": rows,
         "step_boundary_us": boundary_us,
         "step_boundary_includes_cuda": cuda,
+        "leak_watch_us": watch_us,
         "cuda_calls_us": device,
     }
     if args.json:
@@ -152,6 +163,7 @@ def main() -> int:
             print(f"{name:45s} {row['original_us']:7.2f} -> {row['patched_us']:7.2f} us  (+{row['overhead_us']:.2f})")
         label = "step boundary (events, allocator stats, lazy loss)" if cuda else "step boundary (CPU part, loss read at once)"
         print(f"{label:45s} {boundary_us:7.2f} us")
+        print(f"{'leak check at the boundary (steady memory)':45s} {watch_us:7.2f} us")
         for name, us in (device or {}).items():
             print(f"{name:45s} {us:7.2f} us")
     return 0

@@ -1,0 +1,97 @@
+"""On a real GPU: plain ``gpudoctor run`` (no memory mode) names a leak's allocation site.
+
+The probes see the allocated bytes grow at the step boundary, record allocation history for a
+few steps (clear of the profiler window), and the leak finding names the line that keeps 1 MiB
+every step. Figures (the sites, and the step times while history was on against the others) are
+printed (run with -s) and, with JOB_OUT set, written as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+MIB = 1 << 20
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+LEAK_TRAIN = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+data = DataLoader(TensorDataset(torch.randn(2048, 1024)), batch_size=64, pin_memory=True)
+history = []
+
+
+def remember(out):
+    history.append(out.detach().repeat(4, 1))  # the planted leak: 1 MiB kept every step
+
+
+for epoch in range(10):
+    for (x,) in data:
+        x = x.cuda(non_blocking=True)
+        out = model(x)
+        loss = out.square().mean()
+        remember(out)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+"""
+
+
+def _save(name: str, data: dict) -> None:
+    print(json.dumps(data, indent=2))
+    out = os.environ.get("JOB_OUT")
+    if out:
+        Path(out, name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def test_plain_run_names_the_leaking_line(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LEAK_TRAIN, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p))
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "run", "--steps", "40", "--json", "--fail-on", "never",
+         "--out", "rd", "--", sys.executable, "train.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(result.stdout)
+    leak = [f for f in payload["findings"] if f["code"] == "GD-RUN-MEM-LEAK"]
+    sites_path = tmp_path / "rd" / "leak-sites-rank0.json"
+    sites = json.loads(sites_path.read_text())["data"] if sites_path.exists() else None
+
+    from gpudoctor.records.rundir import load_run
+
+    run = load_run(tmp_path / "rd")
+    steps = {s.step: s.step_ms for s in run.steps[0]}
+    recorded = set(range(sites["step_from"], sites["step_to"] + 1)) if sites else set()
+    window = tuple(run.manifest.profile_window)
+    others = [ms for step, ms in steps.items() if step >= 5 and step not in recorded
+              and not (window and window[0] <= step <= window[1])]
+    _save("run_leak_site.json", {
+        "finding": leak, "leak_sites": sites, "profile_window": window,
+        "step_ms_history_on": {step: steps[step] for step in sorted(recorded) if step in steps},
+        "step_ms_median_other_steady": statistics.median(others) if others else None,
+    })
+    assert leak, payload["findings"]
+    assert sites is not None, "no leak-sites-rank0.json: the history was never turned on"
+    top = sites["sites"][0]
+    assert "train.py" in top["site"] and top["site"].endswith("remember"), sites
+    grew, span = top["bytes_to"] - top["bytes_from"], sites["step_to"] - sites["step_from"]
+    assert abs(grew / span - MIB) < 0.05 * MIB, (grew, span)  # 1 MiB per step, as planted
+    assert "remember" in leak[0]["title"]
+    # the history (on from the boundary before step_from) stayed out of the profiler window
+    assert window and sites["step_to"] < window[0] - 1, (sites, window)
