@@ -142,9 +142,10 @@ class SiteGrowth:
 
 @record
 class LeakSites:
-    """Allocation sites whose live bytes grew between two steps after the probed ones (memory
-    mode records allocation history for the whole run; two reduced snapshots are compared at the
-    same point of the step, the optimizer's step pre-hook)."""
+    """Allocation sites whose live bytes grew between two steps: memory mode records allocation
+    history for the whole run and compares two reduced snapshots after the probed ones, at the
+    optimizer's step pre-hook; plain ``run`` records it for a few steps once the allocated bytes
+    grew and compares them at the step boundary (``collectors.instrument.leak_probe``)."""
 
     step_from: int
     step_to: int

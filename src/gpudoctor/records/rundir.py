@@ -9,7 +9,8 @@ RUNDIR/
   window-rank{N}.json    WindowSummary of the profiler window
   memory-rank{N}.jsonl   StageMemory lines (``gpudoctor memory run``: the first steps, by stage)
   modules-rank{N}.jsonl  ModuleMemory lines (``gpudoctor memory run --modules``: one step)
-  leak-sites-rank{N}.json  LeakSites: allocation sites whose live bytes grew (memory mode)
+  leak-sites-rank{N}.json  LeakSites: allocation sites whose live bytes grew (memory mode, or
+                         ``run`` once a leak shows)
   bench.json             `gpudoctor bench copy --json` saved here by the user (optional): its
                          pinned host-to-device figure is the copy ceiling the PCIe rule uses
   oom.json               OomSnapshot at an out-of-memory error (memory mode; oom-rank{N}.json
@@ -122,7 +123,7 @@ class RunData:
     memory: dict[int, list[StageMemory]] = field(default_factory=dict)  # memory mode only
     oom: OomSnapshot | None = None  # memory mode, when the script ran out of memory
     modules: dict[int, list[ModuleMemory]] = field(default_factory=dict)  # memory run --modules
-    leak_sites: dict[int, LeakSites] = field(default_factory=dict)  # memory mode
+    leak_sites: dict[int, LeakSites] = field(default_factory=dict)  # memory mode, or run on a leak
     copy_ceiling_gbs: float | None = None  # pinned H2D GB/s from bench.json, when the user saved one
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler text (stacks-rank{N}.txt)
 
