@@ -193,12 +193,15 @@ if order == "loader":  # a start-up copy, then a DataLoader: the model line is t
 else:
     batches = [(x, y)] * 3
 for xs, ys in batches:
+    if order == "zero_first":
+        opt.zero_grad(set_to_none=True)
     if order == "on_device":  # no copy: the batch is made on the device
         xb, yb = on_device(xs), on_device(ys)
     else:
         xb, yb = xs.cuda(non_blocking=True), ys.cuda()
     loss = nn.functional.mse_loss(model(xb), yb)
-    opt.zero_grad(set_to_none=True)
+    if order != "zero_first":
+        opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
 """
@@ -290,6 +293,17 @@ def test_without_a_dataloader_the_forward_holds_the_activations_and_the_batch_is
         ("forward", 10236, 10000),  # the activations
     ]
     assert (rows[9].stage, rows[9].freed_bytes) == ("zero_grad", 76)  # step 0's gradients
+    parts = stage_parts(lines)
+    assert (parts.model_bytes, parts.batch_bytes, parts.activation_bytes, parts.gradient_bytes) == (
+        76, 160, 10_000, 76)
+
+
+def test_without_a_dataloader_zero_grad_first_keeps_the_batch(tmp_path: Path) -> None:
+    from gpudoctor.analysis.memory_stages import stage_parts
+
+    lines, _ = _probe_order(tmp_path, "zero_first", NO_LOADER)
+    assert [(s.stage, s.step) for s in lines][:4] == [("model", 0), ("zero_grad", 0), ("batch", 0), ("forward", 0)]
+    assert [(s.stage, s.step) for s in lines][6:9] == [("optimizer", 0), ("zero_grad", 1), ("batch", 1)]
     parts = stage_parts(lines)
     assert (parts.model_bytes, parts.batch_bytes, parts.activation_bytes, parts.gradient_bytes) == (
         76, 160, 10_000, 76)

@@ -6,9 +6,9 @@ For the first K optimizer steps, one :class:`StageMemory` line per stage goes to
 * ``model`` — once, what the script had allocated before any batch (weights, buffers, anything
   made at start-up): when the first batch leaves the DataLoader (before it is copied); a script
   without a DataLoader gets it from a reading taken just before its first host-to-device copy
-  outside a model move (``Module.to``/``.cuda``) and ``Optimizer.load_state_dict``, written at
-  the trained model's forward start (if a DataLoader batch comes first, the reading is dropped
-  and the loader's is used, as always). With neither a loader nor a copy (a batch made on the
+  outside a start-up move (``Module.to``/``.cuda``, ``Optimizer.load_state_dict``), written at
+  the next stage (if a DataLoader batch comes first, the reading is dropped and the loader's is
+  used, as always). With neither a loader nor a copy (a batch made on the
   device) it is taken when the trained model's forward begins, and then holds step 0's batch;
 * ``batch`` — after the DataLoader's ``__next__`` returned and the step's first host-to-device
   copy finished (the batch is on the device); the first micro-batch of a step only. When no
@@ -87,7 +87,6 @@ class _Memory:
         self.modules_written = False
         self.loader_seen = False  # a DataLoader batch arrived: the model stage is the loader's
         self.pending_model: StageMemory | None = None  # read before the first copy (no loader)
-        self.batch_in_model = -1  # the step whose batch the model line holds (no copy was seen)
 
 
 M = _Memory()
@@ -172,8 +171,6 @@ def _model_once() -> None:
     pending, M.pending_model = M.pending_model, None
     if pending is None:
         record("model")
-        if not M.loader_seen:
-            M.batch_in_model = S.step  # nothing was copied first: a batch made before is in it
         return
     try:
         _write(pending)
@@ -310,9 +307,10 @@ def _forward_start() -> None:
     made on the device): what the script made since the last stage are the forward's inputs."""
     if not active() or S.quiet or M.batch_armed or M.batch_step == S.step or _cuda_ready() is None:
         return
+    in_model = not M.model_done and M.pending_model is None  # no copy seen: the batch is in it
     _model_once()
     M.batch_step = S.step
-    if M.batch_in_model != S.step:
+    if not in_model:
         record("batch")
 
 
