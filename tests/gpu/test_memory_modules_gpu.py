@@ -1,6 +1,6 @@
 """On a real GPU: a leak's allocation site named without an OOM; per-module forward memory of
-torchvision's ResNet-50 against a hand measurement; --what-if checkpointing against a real
-checkpointed run. Figures are printed (run with -s) and, with JOB_OUT set, written as JSON."""
+torchvision's ResNet-50 against a hand measurement; the stage table of that script (no DataLoader,
+issue 22); --what-if checkpointing against a real checkpointed run. Figures are printed (run with -s) and, with JOB_OUT set, written as JSON."""
 
 from __future__ import annotations
 
@@ -159,6 +159,55 @@ def test_resnet50_module_memory_within_15_percent_of_a_hand_measurement(tmp_path
         "compared": sorted(compared, key=lambda c: -c["rel_err"])[:20]})
     assert len(compared) > 50
     assert worst <= 0.15, sorted(compared, key=lambda c: -c["rel_err"])[:5]
+
+
+def test_resnet50_without_a_dataloader_stages_hold_the_right_bytes(tmp_path) -> None:
+    # issue 22: the model line held step 0's activations (2.7 GiB), forward read 0 B, and batch,
+    # activations and gradients were "not seen"
+    torchvision = pytest.importorskip("torchvision")
+    result, payload = _memory_run(tmp_path, RESNET_TRAIN, "--modules", "--steps", "4", "--stages", "2")
+    assert result.returncode == 0, result.stderr
+    memory = payload["memory"]
+    rows = memory["rows"]
+    assert [(r["stage"], r["step"]) for r in rows] == [
+        ("model", 0), ("batch", 0), ("forward", 0), ("zero_grad", 0), ("loss", 0), ("backward", 0),
+        ("optimizer", 0),
+        ("batch", 1), ("forward", 1), ("zero_grad", 1), ("loss", 1), ("backward", 1), ("optimizer", 1),
+    ]
+    model = torchvision.models.resnet50()
+    weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    batch = 32 * 3 * 224 * 224 * 4 + 32 * 8
+
+    # by hand: what a step-1 forward keeps (the activations), after one full step
+    model = model.cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(32, 3, 224, 224).cuda()
+    y = torch.randint(0, 1000, (32,)).cuda()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    del loss
+    before = torch.cuda.memory_allocated()
+    out = model(x)
+    hand = torch.cuda.memory_allocated() - before
+    del out
+
+    parts = memory["parts"]
+    forward = [r["delta_bytes"] for r in rows if r["stage"] == "forward"]
+    _save("resnet50_no_loader_stages.json", {
+        "command": "memory run --modules --steps 4 --stages 2 (torchvision resnet50, batch 32, no DataLoader)",
+        "rows": [{k: r[k] for k in ("step", "stage", "allocated_bytes", "delta_bytes", "freed_bytes")} for r in rows],
+        "parts": parts, "weights_bytes": weights, "params_bytes": params, "batch_bytes": batch,
+        "hand_forward_kept_bytes": hand})
+    assert weights <= rows[0]["allocated_bytes"] <= weights + 4 * MIB  # the weights, not the activations
+    assert abs(parts["batch_bytes"] - batch) <= MIB
+    assert parts["model_bytes"] == rows[0]["allocated_bytes"]
+    for delta in forward:  # the forward rows hold the activations, within 10% of the hand figure
+        assert abs(delta - hand) <= 0.10 * hand, (forward, hand)
+    assert abs(parts["activation_bytes"] - hand) <= 0.10 * hand, (parts, hand)
+    assert abs(parts["gradient_bytes"] - params) <= 0.10 * params, (parts, params)
 
 
 def test_what_if_checkpointing_against_a_checkpointed_run() -> None:

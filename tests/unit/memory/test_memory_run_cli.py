@@ -99,6 +99,114 @@ print("resets", Cuda.resets)
 """
 
 
+# The probes in-process on a script without a DataLoader (issue 22's ResNet script, small), with a
+# stand-in allocator driven by the script's own tensors: a copy "to the GPU" (Tensor.cuda) is a CPU
+# clone whose bytes count until it is garbage; the model keeps ACT bytes of activations from its
+# forward to its backward; each parameter's gradient counts from backward to zero_grad.
+NO_LOADER = """
+import os, sys, weakref
+from pathlib import Path
+import torch
+from torch import nn
+from gpudoctor.collectors.instrument import memory_probe, patches
+from gpudoctor.collectors.instrument.state import S
+
+ACT = 10_000
+
+class Cuda:
+    now = top = 0
+    def memory_allocated(self):
+        return Cuda.now
+    def memory_reserved(self):
+        return 1 << 30
+    def max_memory_allocated(self):
+        return Cuda.top
+    def reset_peak_memory_stats(self):
+        Cuda.top = Cuda.now
+
+class FakeTorch:
+    cuda = Cuda()
+
+def alloc(n):
+    Cuda.now += n
+    Cuda.top = max(Cuda.top, Cuda.now)
+
+def free(n):
+    Cuda.now -= n
+
+def nbytes(t):
+    return t.numel() * t.element_size()
+
+def on_device(t):  # a tensor on the stand-in GPU: its bytes count until it is garbage
+    out = t.detach().clone()
+    alloc(nbytes(out))
+    weakref.finalize(out, free, nbytes(out))
+    return out
+
+def fake_cuda(self, *args, **kwargs):  # the host-to-device copy; weights are kept by the model
+    if isinstance(self, nn.Parameter):
+        alloc(nbytes(self))
+        return self.detach().clone()
+    return on_device(self)
+
+class Keep(torch.autograd.Function):  # ACT bytes saved for backward, freed by it
+    @staticmethod
+    def forward(ctx, x):
+        alloc(ACT)
+        return x.clone()
+    @staticmethod
+    def backward(ctx, g):
+        free(ACT)
+        return g
+
+class Spend(nn.Module):
+    def forward(self, x):
+        return Keep.apply(x)
+
+orig_zero_grad = torch.optim.Optimizer.zero_grad
+
+def zero_grad(self, set_to_none=True):  # set_to_none: the gradients' bytes go
+    free(sum(nbytes(p) for g in self.param_groups for p in g["params"] if p.grad is not None))
+    return orig_zero_grad(self, set_to_none)
+
+torch.optim.Optimizer.zero_grad = zero_grad
+torch.Tensor.cuda = fake_cuda
+S.installed = True
+S.run_dir = Path(sys.argv[1])
+S.owner_pid = os.getpid()
+memory_probe._cuda_ready = lambda: FakeTorch
+memory_probe._start_history = lambda torch: None
+patches.install_all()
+memory_probe.install(2)
+import torch.optim.optimizer as optim_mod
+optim_mod.register_optimizer_step_post_hook(lambda *a: setattr(S, "step", S.step + 1))
+model = nn.Sequential(nn.Linear(4, 3), Spend(), nn.Linear(3, 1)).cuda()  # 76 bytes of weights
+for p in model.parameters():
+    p.register_post_accumulate_grad_hook(lambda p: alloc(nbytes(p)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)  # 160 bytes, made once on the host
+order = sys.argv[2]
+if order == "loader":  # a start-up copy, then a DataLoader: the model line is the loader's
+    class_weights = torch.ones(10).cuda()
+    batches = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.repeat(3, 1), y.repeat(3, 1)),
+                                          batch_size=8)
+else:
+    batches = [(x, y)] * 3
+for xs, ys in batches:
+    if order == "zero_first":
+        opt.zero_grad(set_to_none=True)
+    if order == "on_device":  # no copy: the batch is made on the device
+        xb, yb = on_device(xs), on_device(ys)
+    else:
+        xb, yb = xs.cuda(non_blocking=True), ys.cuda()
+    loss = nn.functional.mse_loss(model(xb), yb)
+    if order != "zero_first":
+        opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+"""
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
@@ -106,9 +214,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _probe_order(tmp_path: Path, order: str) -> tuple[list, str]:
+def _probe_order(tmp_path: Path, order: str, script_text: str = PROBE_ORDER) -> tuple[list, str]:
     script = tmp_path / "probe.py"
-    script.write_text(PROBE_ORDER, encoding="utf-8")
+    script.write_text(script_text, encoding="utf-8")
     result = subprocess.run([sys.executable, str(script), str(tmp_path), order], env=_env(),
                             capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stderr
@@ -165,6 +273,60 @@ def test_a_forward_that_is_no_module_call_is_recorded_at_backward(tmp_path: Path
     lines, _ = _probe_order(tmp_path, "functional")
     assert [s.stage for s in lines][:6] == ["model", "batch", "forward", "backward", "optimizer", "zero_grad"]
     assert "loss" not in {s.stage for s in lines}
+
+
+def test_without_a_dataloader_the_forward_holds_the_activations_and_the_batch_is_seen(tmp_path: Path) -> None:
+    # issue 22: the model line was taken at the forward's end (it held step 0's activations), the
+    # forward line read 0 B, and batch, activations and gradients were "not seen"
+    from gpudoctor.analysis.memory_stages import stage_parts, stage_rows
+
+    lines, _ = _probe_order(tmp_path, "copy", NO_LOADER)
+    assert [(s.stage, s.step) for s in lines] == [
+        ("model", 0), ("batch", 0), ("forward", 0), ("zero_grad", 0), ("loss", 0), ("backward", 0),
+        ("optimizer", 0),
+        ("batch", 1), ("forward", 1), ("zero_grad", 1), ("loss", 1), ("backward", 1), ("optimizer", 1),
+    ]
+    rows = stage_rows(lines)
+    assert [(r.stage, r.allocated_bytes, r.delta_bytes) for r in rows[:3]] == [
+        ("model", 76, 76),  # the weights only: read before the first copy that is no model move
+        ("batch", 236, 160),  # x and y
+        ("forward", 10236, 10000),  # the activations
+    ]
+    assert (rows[9].stage, rows[9].freed_bytes) == ("zero_grad", 76)  # step 0's gradients
+    parts = stage_parts(lines)
+    assert (parts.model_bytes, parts.batch_bytes, parts.activation_bytes, parts.gradient_bytes) == (
+        76, 160, 10_000, 76)
+
+
+def test_without_a_dataloader_zero_grad_first_keeps_the_batch(tmp_path: Path) -> None:
+    from gpudoctor.analysis.memory_stages import stage_parts
+
+    lines, _ = _probe_order(tmp_path, "zero_first", NO_LOADER)
+    assert [(s.stage, s.step) for s in lines][:4] == [("model", 0), ("zero_grad", 0), ("batch", 0), ("forward", 0)]
+    assert [(s.stage, s.step) for s in lines][6:9] == [("optimizer", 0), ("zero_grad", 1), ("batch", 1)]
+    parts = stage_parts(lines)
+    assert (parts.model_bytes, parts.batch_bytes, parts.activation_bytes, parts.gradient_bytes) == (
+        76, 160, 10_000, 76)
+
+
+def test_a_batch_made_on_the_device_is_in_the_model_line_at_step_0_only(tmp_path: Path) -> None:
+    from gpudoctor.analysis.memory_stages import stage_parts
+
+    lines, _ = _probe_order(tmp_path, "on_device", NO_LOADER)
+    assert [(s.stage, s.step) for s in lines][:3] == [("model", 0), ("forward", 0), ("zero_grad", 0)]
+    assert [(s.stage, s.step) for s in lines][6:8] == [("batch", 1), ("forward", 1)]
+    assert lines[0].allocated_bytes == 76 + 160  # no copy to read before: the batch is in it
+    parts = stage_parts(lines)
+    assert parts.batch_bytes is None  # not separable at step 0, and said so ("not seen")
+    assert (parts.activation_bytes, parts.gradient_bytes) == (10_000, 76)
+
+
+def test_with_a_dataloader_the_model_line_is_the_loaders_after_a_start_up_copy(tmp_path: Path) -> None:
+    lines, _ = _probe_order(tmp_path, "loader", NO_LOADER)
+    assert [s.stage for s in lines][:3] == ["model", "batch", "forward"]
+    # taken at the first batch, as always: the class weights copied at start-up are in it; the
+    # batch line follows the step's first copy (x, 128 bytes), as always
+    assert [(s.allocated_bytes) for s in lines[:3]] == [76 + 40, 76 + 40 + 128, 76 + 40 + 160 + 10_000]
 
 
 def load_run_memory(path: Path) -> list:

@@ -111,7 +111,9 @@ def test_hooks_find_the_trained_model_and_name_its_modules() -> None:
 
     model = torch.nn.Sequential(Keep(8), torch.nn.Sequential(Keep(16), torch.nn.ReLU()))
     ends: list[int] = []
-    hooks = ModuleHooks(on_forward_end=lambda: ends.append(a.now), active=lambda: True,
+    starts: list[tuple[int, int]] = []
+    hooks = ModuleHooks(on_forward_start=lambda: starts.append((a.now, len(hooks.peaks.stack))),
+                        on_forward_end=lambda: ends.append(a.now), active=lambda: True,
                         measure_now=lambda: True, peaks=a.peaks())
     hooks.install()
     try:
@@ -122,6 +124,7 @@ def test_hooks_find_the_trained_model_and_name_its_modules() -> None:
     finally:
         hooks.remove()
     assert ends == [24]
+    assert starts == [(0, 0)]  # once, when the trained model's forward began, before any module was entered
     rows = {m.name: m for m in hooks.peaks.records(0)}
     assert set(rows) == {"", "0", "1", "1.0", "1.1"}
     assert rows["1"].kept_bytes == 16 and rows["1"].depth == 1 and rows["1.0"].depth == 2

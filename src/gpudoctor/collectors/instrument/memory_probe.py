@@ -3,11 +3,18 @@
 For the first K optimizer steps, one :class:`StageMemory` line per stage goes to
 ``memory-rank{N}.jsonl``:
 
-* ``model`` — once, when the first batch arrives (before it is copied): what the script had
-  allocated before any batch (weights, buffers, anything made at start-up). A script without a
-  DataLoader gets it at the first stage seen instead (then it includes what that stage holds);
+* ``model`` — once, what the script had allocated before any batch (weights, buffers, anything
+  made at start-up): when the first batch leaves the DataLoader (before it is copied); a script
+  without a DataLoader gets it from a reading taken just before its first host-to-device copy
+  outside a start-up move (``Module.to``/``.cuda``, ``Optimizer.load_state_dict``), written at
+  the next stage (if a DataLoader batch comes first, the reading is dropped and the loader's is
+  used, as always). With neither a loader nor a copy (a batch made on the
+  device) it is taken when the trained model's forward begins, and then holds step 0's batch;
 * ``batch`` — after the DataLoader's ``__next__`` returned and the step's first host-to-device
-  copy finished (the batch is on the device); the first micro-batch of a step only;
+  copy finished (the batch is on the device); the first micro-batch of a step only. When no
+  loader armed it (no DataLoader, or a batch made on the device), at the start of the step's
+  first forward of the trained model: the inputs made since the last stage. Not at step 0 when
+  the ``model`` line already holds that batch (no copy was seen);
 * ``forward`` — at the end of the trained model's forward (activations are alive): the
   outermost call of a module with trainable parameters under grad mode
   (:mod:`~gpudoctor.collectors.instrument.module_memory`); a script whose forward is not a
@@ -52,6 +59,7 @@ import sys
 from typing import Any
 
 from gpudoctor.collectors.instrument import ENV_MEMORY_MODULES, leak_probe, patches
+from gpudoctor.collectors.instrument.copy_watch import CopyWatch
 from gpudoctor.collectors.instrument.module_memory import ModuleHooks, ModulePeaks
 from gpudoctor.collectors.instrument.state import S, is_owner
 from gpudoctor.records.base import JsonlWriter
@@ -77,6 +85,8 @@ class _Memory:
         self.peaks: ModulePeaks | None = None
         self.modules_step = -1  # the step whose modules are measured (--modules); -1: off
         self.modules_written = False
+        self.loader_seen = False  # a DataLoader batch arrived: the model stage is the loader's
+        self.pending_model: StageMemory | None = None  # read before the first copy (no loader)
 
 
 M = _Memory()
@@ -109,6 +119,27 @@ def _start_history(torch: Any) -> None:
         print(f"gpudoctor: allocation history not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
+def _reading(torch: Any, stage: str, before_bytes: int | None = None) -> StageMemory:
+    """The allocator's counters now, as one stage line (host-side reads, no sync)."""
+    allocated = int(torch.cuda.memory_allocated())
+    return StageMemory(
+        stage=stage,
+        step=S.step,
+        allocated_bytes=allocated,
+        reserved_bytes=int(torch.cuda.memory_reserved()),
+        peak_allocated_bytes=max(int(torch.cuda.max_memory_allocated()),
+                                 M.peaks.take_carry() if M.peaks is not None else 0),
+        freed_bytes=max(before_bytes - allocated, 0) if before_bytes is not None else 0,
+    )
+
+
+def _write(line: StageMemory) -> None:
+    if M.writer is None:
+        assert S.run_dir is not None
+        M.writer = JsonlWriter(S.run_dir / memory_file(S.rank), kind=KIND_MEMORY)
+    M.writer.write(line)  # flushed per line: an OOM right after loses nothing
+
+
 def record(stage: str, *, before_bytes: int | None = None) -> None:
     """Write one stage line and reset the peak counter (host-side reads, no sync).
 
@@ -123,21 +154,9 @@ def record(stage: str, *, before_bytes: int | None = None) -> None:
     _start_history(torch)
     was_quiet, S.quiet = S.quiet, True
     try:
-        allocated = int(torch.cuda.memory_allocated())
-        line = StageMemory(
-            stage=stage,
-            step=S.step,
-            allocated_bytes=allocated,
-            reserved_bytes=int(torch.cuda.memory_reserved()),
-            peak_allocated_bytes=max(int(torch.cuda.max_memory_allocated()),
-                                     M.peaks.take_carry() if M.peaks is not None else 0),
-            freed_bytes=max(before_bytes - allocated, 0) if before_bytes is not None else 0,
-        )
+        line = _reading(torch, stage, before_bytes)
         torch.cuda.reset_peak_memory_stats()
-        if M.writer is None:
-            assert S.run_dir is not None
-            M.writer = JsonlWriter(S.run_dir / memory_file(S.rank), kind=KIND_MEMORY)
-        M.writer.write(line)  # flushed per line: an OOM right after loses nothing
+        _write(line)
     except Exception as exc:  # noqa: BLE001
         print(f"gpudoctor: memory stage {stage} not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
     finally:
@@ -145,9 +164,41 @@ def record(stage: str, *, before_bytes: int | None = None) -> None:
 
 
 def _model_once() -> None:
-    if not M.model_done and active() and _cuda_ready() is not None:
-        M.model_done = True
+    """The ``model`` line, once: the reading taken before the first copy when there is one."""
+    if M.model_done or not active() or _cuda_ready() is None:
+        return
+    M.model_done = True
+    pending, M.pending_model = M.pending_model, None
+    if pending is None:
         record("model")
+        return
+    try:
+        _write(pending)
+    except Exception as exc:  # noqa: BLE001
+        print(f"gpudoctor: memory stage model not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+
+def _wants_copy() -> bool:
+    return not M.model_done and not M.loader_seen and M.pending_model is None
+
+
+def _before_copy() -> None:
+    """A host-to-device copy is about to allocate: without a DataLoader, the first one outside a
+    model move is taken as the first batch's, so the counters are read now for the ``model``
+    line. The peak counter is not reset: a DataLoader batch coming first drops the reading."""
+    if not _wants_copy() or S.quiet or not active():
+        return
+    torch = _cuda_ready()
+    if torch is None:
+        return  # the script's first CUDA tensor: nothing allocated before it to read
+    _start_history(torch)
+    was_quiet, S.quiet = S.quiet, True
+    try:
+        M.pending_model = _reading(torch, "model")
+    except Exception as exc:  # noqa: BLE001
+        print(f"gpudoctor: memory stage model not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
+    finally:
+        S.quiet = was_quiet
 
 
 def install(stages: int) -> None:
@@ -171,6 +222,8 @@ def install(stages: int) -> None:
     def __next__(self):
         out = orig_next(self)
         if active() and not S.quiet and M.batch_step != S.step:
+            if not M.model_done:
+                M.loader_seen, M.pending_model = True, None  # the loader's model line, as always
             _model_once()  # before the batch is copied: weights and start-up allocations only
             M.batch_armed = True
         return out
@@ -244,7 +297,21 @@ def install(stages: int) -> None:
 
     optim_mod.register_optimizer_step_pre_hook(pre_hook)
     optim_mod.register_optimizer_step_post_hook(post_hook)
+    CopyWatch(wanted=_wants_copy, before_copy=_before_copy).install(torch)
     _install_module_hooks(torch, modules=os.environ.get(ENV_MEMORY_MODULES, "") not in ("", "0"))
+
+
+def _forward_start() -> None:
+    """The trained model's forward begins: the ``model`` line if none was written yet, and the
+    ``batch`` stage when no loader recorded or armed one in this step (no DataLoader, or a batch
+    made on the device): what the script made since the last stage are the forward's inputs."""
+    if not active() or S.quiet or M.batch_armed or M.batch_step == S.step or _cuda_ready() is None:
+        return
+    in_model = not M.model_done and M.pending_model is None  # no copy seen: the batch is in it
+    _model_once()
+    M.batch_step = S.step
+    if not in_model:
+        record("batch")
 
 
 def _forward_end() -> None:
@@ -265,7 +332,7 @@ def _install_module_hooks(torch: Any, *, modules: bool) -> None:
         M.peaks = ModulePeaks(allocated=lambda: int(cuda.memory_allocated()),
                               peak=lambda: int(cuda.max_memory_allocated()),
                               reset=cuda.reset_peak_memory_stats)
-    M.hooks = ModuleHooks(on_forward_end=_forward_end, active=active,
+    M.hooks = ModuleHooks(on_forward_start=_forward_start, on_forward_end=_forward_end, active=active,
                           measure_now=lambda: M.modules_step == S.step and _cuda_ready() is not None,
                           peaks=M.peaks)
     M.hooks.install()

@@ -4,8 +4,9 @@ Two global forward hooks (``register_module_forward_pre_hook``/``register_module
 run during the probed steps of ``gpudoctor memory run`` only (removed after them):
 
 * the outermost call of a module with trainable parameters, under grad mode, is the trained
-  model's forward; its end is the ``forward`` stage (activations alive), whatever the script does
-  next (loss, ``zero_grad()``, backward);
+  model's forward; its start is where a script without a DataLoader gets its ``batch`` stage (the
+  inputs made since the last stage), its end is the ``forward`` stage (activations alive),
+  whatever the script does next (loss, ``zero_grad()``, backward);
 * with ``--modules``, every module call inside it in one step gets its allocated-before, its
   allocated-after and the allocator's peak inside (:class:`ModulePeaks`).
 
@@ -118,10 +119,14 @@ def trains(module: Any) -> bool:
 
 
 class ModuleHooks:
-    """The global hooks; ``on_forward_end`` is called at the end of the trained model's forward."""
+    """The global hooks; ``on_forward_start`` is called when the trained model's forward begins
+    (before any module of it is measured, so a stage recorded there may reset the peak counter),
+    ``on_forward_end`` when it returns."""
 
-    def __init__(self, *, on_forward_end: Callable[[], None], active: Callable[[], bool],
-                 measure_now: Callable[[], bool], peaks: ModulePeaks | None) -> None:
+    def __init__(self, *, on_forward_start: Callable[[], None], on_forward_end: Callable[[], None],
+                 active: Callable[[], bool], measure_now: Callable[[], bool],
+                 peaks: ModulePeaks | None) -> None:
+        self.on_forward_start = on_forward_start
         self.on_forward_end = on_forward_end
         self.active = active
         self.measure_now = measure_now
@@ -162,6 +167,7 @@ class ModuleHooks:
             if not self.names or id(module) not in self.names:
                 self.names = {id(m): n for n, m in module.named_modules()}
             self.depth = 0
+            self.on_forward_start()  # before measuring starts: a stage read resets the peak counter
             self.measuring = self.peaks is not None and self.measure_now()
         self.depth += 1
         if self.measuring:
