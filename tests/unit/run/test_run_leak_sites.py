@@ -211,6 +211,17 @@ def test_growth_inside_warm_up_or_below_the_leak_rate_does_not_count(watch: _Rec
     assert watch.calls == []
 
 
+def test_kept_tensors_that_change_size_with_the_batch_do_not_count_as_a_leak(watch: _Recorder) -> None:
+    """Variable-length batches: the bytes kept across a step (the last output, the hidden state)
+    climb for three steps and fall back, again and again; each climb is 1 MiB a step, over the
+    leak rate, but never past the loop's own high, so no history is recorded."""
+    leak_probe.arm(None, None)
+    pattern = [0, 1, 2, 3, 1, 0, 1, 2, 3, 2]  # three rises in a row, every cycle
+    for step in range(60):
+        leak_probe.watch(step, {"allocated_bytes": 100 * MIB + pattern[step % len(pattern)] * MIB})
+    assert watch.calls == [] and leak_probe.W.started == -1
+
+
 def test_a_script_recording_its_own_history_keeps_it_on(watch: _Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(leak_probe, "_history_on", lambda: True)
     leak_probe.arm(None, None)

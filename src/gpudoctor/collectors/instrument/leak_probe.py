@@ -98,7 +98,7 @@ class LeakWatch:
     """When ``run`` turns allocation history on, and for how long (the step thresholds are the
     leak rule's: ``Thresholds.warmup_steps`` and ``leak_min_bytes_per_step``)."""
 
-    grow_steps: int = _c(3, "Consecutive steps past warm-up whose allocated bytes after the boundary grew by at least leak_min_bytes_per_step. A steady loop holds the same bytes at every boundary, so three such growths in a row are already a pattern; more would push the recording into the profiler window of a 20-step run (window 15-19: warm-up 5, 3 growths, history on at boundary 8, base 9, last snapshot 13).")
+    grow_steps: int = _c(3, "Consecutive steps past warm-up whose allocated bytes after the boundary set a new high by at least leak_min_bytes_per_step (a high, not the previous step: variable-length batches move the bytes up and down). A steady loop holds the same bytes at every boundary, so three such growths in a row are already a pattern; more would push the recording into the profiler window of a 20-step run (window 15-19: warm-up 5, 3 growths, history on at boundary 8, base 9, last snapshot 13).")
     record_steps: int = _c(4, "Steps between the two snapshots: the leak's site grows by 4x its per-step leak, while only 5 steps (one before the base, 4 after) run with allocation stacks recorded, a small part of a 60-step run. A judgement.")
 
 
@@ -107,7 +107,7 @@ class _Watch:
 
     def __init__(self) -> None:
         self.armed = False  # watch the boundaries (run mode); off for good once done
-        self.last = -1  # allocated bytes after the previous boundary
+        self.high = -1  # the most allocated bytes after any boundary so far
         self.streak = 0  # consecutive qualifying growths
         self.started = -1  # the boundary at which history was turned on
         self.ours = False  # we turned history on (the script had not): we turn it off
@@ -142,8 +142,11 @@ def watch(step: int, mem: dict[str, Any] | None) -> None:
         return
     if W.started < 0:
         allocated = mem["allocated_bytes"]
-        grew = step > W.warmup and W.last >= 0 and allocated - W.last >= W.min_growth
-        W.last = allocated
+        # a new high by the leak rule's step: a leak sets one at every boundary, while a loop
+        # whose kept tensors change size with the batch (variable lengths) moves up and down
+        # and does not climb past its own highs three boundaries in a row
+        grew = step > W.warmup and W.high >= 0 and allocated - W.high >= W.min_growth
+        W.high = max(W.high, allocated)
         W.streak = W.streak + 1 if grew else 0
         if W.streak >= W.config.grow_steps and _clear(step):
             _start(step)
