@@ -74,6 +74,15 @@ def name_leak_sites(findings: list[Finding], sites: LeakSites | None, code: str)
             f = dataclasses.replace(
                 f, title=f"{f.title}; the most grows at {top}",
                 evidence=(*f.evidence, "allocation sites that grew (allocation history, no OOM needed):",
-                          *evidence_lines(sites)))
+                          *evidence_lines(sites)),
+                fix=_fix_at(f.fix, top))
         out.append(f)
     return out
+
+
+def _fix_at(fix: str, top: str) -> str:
+    """The leak fix pointed at the line the history named: the generic ways to find the holder
+    (``memory run``, a snapshot) are left out, since the sites are already found."""
+    kept = [line for line in fix.splitlines()
+            if not line.startswith(("# find the holder", "# bytes grow)", "# torch.cuda.memory._dump"))]
+    return "\n".join([f"# the tensors kept each step are allocated at {top}: look at what holds them", *kept])

@@ -218,6 +218,8 @@ def test_the_leak_finding_names_the_grown_sites() -> None:
     assert leak.title.endswith("the most grows at train.py:30 step")
     assert any("train.py:30 step: live 4.0 MiB at step 3 -> 24.0 MiB at step 8 (+20.0 MiB, 4.0 MiB per step"
                in e for e in leak.evidence)
+    assert leak.fix.startswith("# the tensors kept each step are allocated at train.py:30 step")
+    assert "memory run" not in leak.fix and "loss.detach()" in leak.fix  # found: no need to look again
     steady = d.run_data()
     steady.leak_sites = run.leak_sites
     assert "GD-RUN-MEM-LEAK" not in {f.code for f in analyse_memory_run(steady).findings}
