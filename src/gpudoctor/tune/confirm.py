@@ -9,7 +9,8 @@ decides whether the tuned configuration is written.
   :data:`~gpudoctor.tune.plan.CONFIRM_ROUNDS` rounds, each run timed from past its warm-up (cuDNN
   autotuning, compile, workers started and queues filled). The tuned one is written only when its
   median beats the starting one's beyond the noise; otherwise nothing is written and the result
-  says why (never worse than where the user started).
+  says why (never worse than where the user started) and, when the noise band was wider than
+  :data:`~gpudoctor.tune.noise.NOISY`, that the machine was too noisy to confirm and what to do.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import dataclasses
 import math
 from typing import Any
 
-from gpudoctor.records.tune import KnobResult, TrialVerdict
-from gpudoctor.tune.noise import compare
+from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict
+from gpudoctor.tune.noise import compare, too_noisy
 from gpudoctor.tune.plan import CONFIRM_ROUNDS, Plan, make_plan
 from gpudoctor.tune.session import TuneContext, measured
 from gpudoctor.tune.target import LoaderSettings
@@ -78,6 +79,23 @@ def _steps(ctx: TuneContext, rate: float | None, batch: int) -> int:
     return min(_MAX_STEPS, max(ctx.steps, by_time))
 
 
+def decide(start_row: Trial, tuned_row: Trial, tolerance: float) -> tuple[bool, str]:
+    """Whether the tuned configuration is written, and why in words (pure: the confirmation's rows)."""
+    start, tuned = measured(start_row), measured(tuned_row)
+    if tuned is None:
+        return False, f"the tuned configuration failed its confirmation ({tuned_row.reason}): nothing written"
+    if start is None:
+        return True, f"the starting configuration failed ({start_row.reason}); the tuned one ran: written"
+    gain, margin = compare(tuned, start, tolerance)
+    figures = f"tuned {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s, {gain:.2f}x round by round"
+    if gain > 1 + margin:
+        return True, f"{figures} (beyond the +-{margin:.0%} noise): written"
+    where = "inside" if gain >= 1 - margin else "below"
+    why = f"{figures} ({where} the +-{margin:.0%} noise): the starting configuration is kept and nothing is written"
+    tip = too_noisy(margin) if where == "inside" else ""
+    return False, f"{why}; {tip}" if tip else why
+
+
 def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings) -> Checked:
     """Starting vs tuned, interleaved and repeated, each as training runs it."""
     if ctx.config == start_config and ctx.loader == start_loader:
@@ -99,21 +117,7 @@ def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings) -
         start_row, tuned_row = ctx.measure(specs, repeats=max(CONFIRM_ROUNDS, ctx.options.repeats))
     finally:
         ctx.confirming = False
-    start, tuned = measured(start_row), measured(tuned_row)
-    tolerance = ctx.options.tolerance
-    if tuned is None:
-        write, why = False, f"the tuned configuration failed its confirmation ({tuned_row.reason}): nothing written"
-    elif start is None:
-        write, why = True, f"the starting configuration failed ({start_row.reason}); the tuned one ran: written"
-    else:
-        gain, margin = compare(tuned, start, tolerance)
-        figures = f"tuned {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s, {gain:.2f}x round by round"
-        if gain > 1 + margin:
-            write, why = True, f"{figures} (beyond the +-{margin:.0%} noise): written"
-        else:
-            where = "inside" if gain >= 1 - margin else "below"
-            write, why = False, (f"{figures} ({where} the +-{margin:.0%} noise): the starting configuration is "
-                                 "kept and nothing is written")
+    write, why = decide(start_row, tuned_row, ctx.options.tolerance)
     write = bool(ctx.agree(write))
     return Checked(write=write, result=KnobResult(
         knob="confirm", trials=(start_row, tuned_row), winner=(tuned_row if write else start_row).setting,

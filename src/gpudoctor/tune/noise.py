@@ -8,6 +8,8 @@ the per-round ratios and the noise is the larger of the tolerance and the ratios
 one disturbed round neither makes nor hides a winner. Unpaired runs fall back to the ratio of the
 medians against the two spreads added. A setting beats another only when its gain exceeds
 ``1 + noise``; a winner inside the noise is not a winner: the starting value stays (:func:`pick`).
+A noise band wider than :data:`NOISY` says the machine, not the setting, decided: :func:`too_noisy`
+words what to do about it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Sequence
+
+
+# Beyond this the machine is too noisy to confirm a tuning gain: the gains tune writes are mostly
+# 5-50% (precision, batch, loader), and an idle GPU box measures within a few percent round to
+# round; a band wider than +-25% hides most real gains, and on a busy shared 2-core CPU box the
+# confirmation measured +-1277% to +-2613% (tests/unit/tune/conftest.py).
+NOISY = 0.25
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +99,16 @@ def pick(measured: Sequence[Measured | None], *, base: int, tolerance: float) ->
                     f"+-{noise(m, start, tolerance):.0%} noise)" if start else "the starting setting failed")
             return i, gain
     return top_i, "fastest"  # pragma: no cover - the top never beats itself
+
+
+def too_noisy(noise: float) -> str:
+    """What to do when ``noise`` (a comparison's band, a fraction) is too wide to decide in, in
+    words; "" when it is not (at most :data:`NOISY`)."""
+    if noise <= NOISY:
+        return ""
+    return (f"the machine was too noisy to confirm a gain (the tuned/starting ratio moved +-{noise:.0%} from round "
+            "to round; an idle machine measures within a few percent): rerun when nothing else is using its CPUs "
+            "and GPU, or with a longer --window-s so each run averages over more steps")
 
 
 def rotated(arms: Sequence, round_: int) -> list:

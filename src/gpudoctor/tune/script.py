@@ -19,8 +19,7 @@ checked at run time with :func:`gpudoctor.collectors.knobs.parse_knobs`: a name 
 3. The loader: as written against fewer and more workers (pinned, persistent), at the chosen
    precision; the cheapest that is not slower beyond the noise.
 4. The confirmation: the script as written against the chosen ``--try`` spec, interleaved over
-   three rounds. The spec is offered only when it is faster beyond the noise.
-
+   three rounds; offered only when faster beyond the noise (a machine too noisy to tell is named).
 Each child's output goes to its run directory's ``stdout.log``, never to the table. The run
 directories are removed at the end, unless a trial failed or the session was interrupted: then
 the folder is kept and named in the result. Ctrl-C stops the running child (its traceback stays
@@ -40,7 +39,7 @@ from pathlib import Path
 
 from gpudoctor.analysis.steps import stats_past_warmup
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
-from gpudoctor.tune.noise import beats, compare, pick, rotated
+from gpudoctor.tune.noise import beats, compare, pick, rotated, too_noisy
 from gpudoctor.tune.session import aggregate, measured
 
 SCRIPT_KNOBS = ("loader", "precision")
@@ -265,8 +264,9 @@ def tune_script(knobs: list[str], command: tuple[str, ...], *, steps: int | None
                 summary = (f"gpudoctor run --try {final} -- {' '.join(command)}  ({figures}, beyond the "
                            f"+-{margin:.0%} noise)")
             else:
+                tip = f"; {too_noisy(margin)}" if gain >= 1 - margin and too_noisy(margin) else ""
                 gain = f"{gain:.2f}x" if tuned and start else "failed"
-                summary = f"keep the script as it is: --try {final} measured {gain}, not faster beyond the noise"
+                summary = f"keep the script as it is: --try {final} measured {gain}, not faster beyond the noise{tip}"
                 final = ""
             results.append(KnobResult(knob="script:result", trials=tuple(rows), summary=summary,
                                       winner=rows[1 if final else 0].setting))

@@ -4,6 +4,7 @@ configuration that loses its confirmation is not written (the starting one is ke
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,31 +18,12 @@ HERE = Path(__file__).parent
 REF = f"{HERE / 'tiny_target.py'}:target"
 OOM_REF = f"{HERE / 'tiny_target.py'}:oom_target"
 FAST = TuneOptions(steps=2, warmup=1, window_s=0.0, repeats=2)
-START_BATCH = 16  # tiny_target's configured batch
+START_BATCH = 16  # tiny_target's configured batch (the fake_rates fixture: conftest.py)
 
 
-def _fake_rates(monkeypatch: pytest.MonkeyPatch, tuned_factor: float) -> list:
-    """Make throughput grow with the batch (so the search moves up) and the confirmation's tuned
-    runs ``tuned_factor`` times the starting ones; return the specs run."""
-    real_run = session.TrialRunner.run
-    specs: list = []
-
-    def run(self, spec):
-        specs.append(spec)
-        trial = real_run(self, spec)
-        if trial.verdict is not TrialVerdict.OK:
-            return trial
-        rate = 100.0 * spec.batch_size
-        if spec.knob == "confirm":
-            rate = 100.0 * START_BATCH * (tuned_factor if spec.setting.startswith("tuned") else 1.0)
-        return dataclasses.replace(trial, samples_per_s=rate)
-
-    monkeypatch.setattr(session.TrialRunner, "run", run)
-    return specs
-
-
-def test_budget_spent_mid_search_writes_the_starting_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    specs = _fake_rates(monkeypatch, tuned_factor=2.0)
+def test_budget_spent_mid_search_writes_the_starting_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             fake_rates: Callable[..., list]) -> None:
+    specs = fake_rates(tuned_factor=2.0)
     real = session.TuneContext.out_of_time
 
     def out_of_time(self) -> bool:  # the budget runs out after the batch search's second probe
@@ -58,8 +40,8 @@ def test_budget_spent_mid_search_writes_the_starting_batch(tmp_path: Path, monke
     assert TrainConfig.from_file(result.config_path).batch_size == START_BATCH  # not 15, not the largest seen
 
 
-def test_search_starts_at_the_configured_batch_and_moves_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_rates(monkeypatch, tuned_factor=2.0)
+def test_search_starts_at_the_configured_batch_and_moves_up(tmp_path: Path, fake_rates: Callable[..., list]) -> None:
+    fake_rates(tuned_factor=2.0)
     result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
     batch = next(k for k in result.knobs if k.knob == "batch")
     probes = [t.params["batch_size"] for t in batch.trials if t.knob == "batch"]
@@ -71,8 +53,8 @@ def test_search_starts_at_the_configured_batch_and_moves_up(tmp_path: Path, monk
 
 
 def test_a_confirmation_that_loses_keeps_the_starting_configuration(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_rates(monkeypatch, tuned_factor=0.5)
+                                                                    fake_rates: Callable[..., list]) -> None:
+    fake_rates(tuned_factor=0.5)
     out = tmp_path / "tuned.toml"
     result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=out)
     confirm = next(k for k in result.knobs if k.knob == "confirm")
@@ -82,11 +64,31 @@ def test_a_confirmation_that_loses_keeps_the_starting_configuration(tmp_path: Pa
     assert result.config["batch_size"] == START_BATCH
 
 
-def test_a_confirmation_inside_the_noise_keeps_the_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_rates(monkeypatch, tuned_factor=1.01)  # 1% faster: inside the 3% tolerance
+def test_a_confirmation_inside_the_noise_keeps_the_start(tmp_path: Path, fake_rates: Callable[..., list]) -> None:
+    fake_rates(tuned_factor=1.01)  # 1% faster: inside the 3% tolerance
     result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
     confirm = next(k for k in result.knobs if k.knob == "confirm")
     assert "inside" in confirm.summary and result.kept_start and result.config_path is None
+    assert "too noisy" not in confirm.summary  # +-3%: a quiet machine; the tuned one is just not faster
+
+
+def test_a_machine_too_noisy_to_confirm_says_so_and_what_to_do(tmp_path: Path,
+                                                               fake_rates: Callable[..., list]) -> None:
+    fake_rates(tuned_factor=(1.2, 1.2, 27.0))  # one disturbed round: +-1075% round to round
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    confirm = next(k for k in result.knobs if k.knob == "confirm")
+    assert "1.20x round by round (inside the +-1075% noise): the starting configuration is kept" in confirm.summary
+    assert "the machine was too noisy to confirm a gain" in confirm.summary
+    assert "nothing else is using its CPUs and GPU" in confirm.summary and "--window-s" in confirm.summary
+    assert result.kept_start and result.config_path is None  # never worse: still nothing written
+
+
+def test_a_loss_beyond_a_wide_noise_is_a_loss_not_noise(tmp_path: Path, fake_rates: Callable[..., list]) -> None:
+    fake_rates(tuned_factor=(0.2, 0.2, 0.32))  # +-30% round to round, but 0.20x is below it: a real loss
+    result = tune(["batch"], target_ref=OOM_REF, options=FAST, out=tmp_path / "tuned.toml")
+    confirm = next(k for k in result.knobs if k.knob == "confirm")
+    assert "below the +-30% noise" in confirm.summary and "too noisy" not in confirm.summary
+    assert result.kept_start and result.config_path is None
 
 
 def test_plan_and_reference_come_first_and_trials_are_repeated() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.tune import plan
-from gpudoctor.tune.noise import beats, compare, pick, summarize
+from gpudoctor.tune.noise import NOISY, beats, compare, pick, summarize, too_noisy
 from gpudoctor.tune.session import DEFAULT_BUDGET_S
 
 
@@ -64,3 +64,10 @@ def test_default_budget_holds_tune_all_by_the_plan(name: str, step_s: float, set
                        steps=steps, repeats=2, cuda=True, spent_s=setup_s + 15 * step_s)
     assert not [s.name for s in p.stages if s.cut and s.name != "ddp"], p.lines()
     assert not p.compile_cut, p.lines()
+
+
+def test_too_noisy_names_the_band_and_what_to_do_only_beyond_the_threshold() -> None:
+    assert too_noisy(0.03) == "" and too_noisy(NOISY) == ""  # a quiet machine: the verdict stands alone
+    words = too_noisy(12.77)  # what a busy shared 2-core box measured
+    assert "too noisy to confirm" in words and "+-1277%" in words
+    assert "nothing else is using its CPUs and GPU" in words and "--window-s" in words

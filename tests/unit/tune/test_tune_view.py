@@ -77,6 +77,33 @@ def test_tune_table_golden(golden, width: int) -> None:
     golden(f"tune/tune_view_{width}.txt", text)
 
 
+def _noisy_result() -> TuneResult:
+    """The confirmation on a busy shared machine: one round in three disturbed; its summary is the
+    one the session writes (``confirm.decide``)."""
+    import dataclasses
+
+    from gpudoctor.tune.confirm import decide
+
+    start = Trial(knob="confirm", setting="starting configuration (batch 16)", params={}, verdict=TrialVerdict.OK,
+                  steps=40, samples_per_s=1_600.0, step_ms=10.0, rates=(1_600.0, 1_600.0, 1_600.0), spread=0.0)
+    tuned = Trial(knob="confirm", setting="tuned configuration (batch 95)", params={}, verdict=TrialVerdict.OK,
+                  steps=40, samples_per_s=1_920.0, step_ms=49.5, rates=(1_920.0, 1_920.0, 43_200.0), spread=10.75)
+    write, why = decide(start, tuned, 0.03)
+    assert not write
+    confirm = KnobResult(knob="confirm", trials=(start, tuned), winner=start.setting, summary=why)
+    return dataclasses.replace(_result(), knobs=(confirm,), world_size=1, device="cpu")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_too_noisy_to_confirm_golden(golden, width: int) -> None:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(render_tune(_noisy_result()))
+    text = buf.getvalue()
+    assert "too noisy to confirm" in text and "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    golden(f"tune/tune_view_noisy_{width}.txt", text)
+
+
 def test_trial_lines_golden(golden) -> None:
     lines = [trial_line(t) for k in _result().knobs for t in k.trials]
     golden("tune/trial_lines.txt", "\n".join(lines) + "\n")
