@@ -295,23 +295,34 @@ def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bo
 
 
 def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], str]:
-    """``persistent_workers=True`` on the loader the loop iterates (the stall's first batch waited
-    for restarted workers); not where that ``DataLoader(...)`` has no workers (it would raise) or
-    keeps them already."""
+    """``persistent_workers`` on the loader the loop iterates (the stall's first batch waited for
+    restarted workers): ``True`` where ``num_workers`` is a literal, else true exactly when the
+    script's own ``num_workers`` is above 0 (``DataLoader`` refuses persistent workers without
+    workers: ``--workers 0`` must still run); not where the call has none or keeps them already."""
     call = found.loader_call
     if call is None:
         return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
     kw = {k.arg: k.value for k in call.keywords}
-    workers = kw.get("num_workers")
-    if (workers is None and None not in kw) or (isinstance(workers, ast.Constant) and workers.value == 0):
-        return [], (f"the DataLoader(...) at line {call.lineno} has num_workers=0, not the workers the run "
-                    "restarted: persistent_workers=True would make it raise")
+    workers, stars = kw.get("num_workers"), [k.value for k in call.keywords if k.arg is None]
     persistent = kw.get("persistent_workers")
     if isinstance(persistent, ast.Constant) and persistent.value is True:
         return [], f"the DataLoader(...) at line {call.lineno} has persistent_workers=True already"
+    if (workers is None and not stars) or (isinstance(workers, ast.Constant) and not workers.value):
+        return [], (f"the DataLoader(...) at line {call.lineno} has num_workers=0, not the workers the run "
+                    "restarted: persistent_workers=True would make it raise")
+    if isinstance(workers, ast.Constant):
+        value = "True"
+    elif workers is not None:
+        text = ast.get_source_segment(found.ctx.source, workers) or ""
+        simple = isinstance(workers, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+        value = f"{text if simple else f'({text})'} > 0"
+    elif len(stars) == 1 and isinstance(stars[0], ast.Name):
+        value = f'{stars[0].id}.get("num_workers", 0) > 0'
+    else:
+        return [], f"the DataLoader(...) at line {call.lineno} takes its workers from a ** expression"
     wait = ms(data.get("first_batch_wait_ms"))
     why = f"{WHY['persistent']}: the first batch of each epoch waited {wait} for them to restart"
-    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=(("persistent_workers", "True"),),
+    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=(("persistent_workers", value),),
                why=why)], ""
 
 

@@ -50,14 +50,15 @@ def test_the_dcgan_shape_gets_persistent_workers_and_the_epoch_work_as_advice(re
     assert [c.kind for c in plan.changes] == ["persistent", "compile", "loader"]
     (change,) = [c for c in plan.changes if c.kind == "persistent"]
     assert change.code == STALL and not change.precision
-    assert [dict(o.kwargs) for o in change.ops] == [{"persistent_workers": "True"}]
+    # --workers 0 must still run: DataLoader refuses persistent workers without workers
+    assert [dict(o.kwargs) for o in change.ops] == [{"persistent_workers": "int(opt.workers) > 0"}]
     fixed, kept, dropped = apply_located(source, [change])
     assert kept == [change] and not dropped
     ast.parse(fixed)
     data = dict(_stall(findings).data)
     assert (f"# gpudoctor fix: {STALL} — workers kept alive between epochs: the first batch of each epoch "
             f"waited {data['first_batch_wait_ms']:.2f} ms for them to restart\n") in fixed
-    assert "num_workers=int(opt.workers), persistent_workers=True)" in fixed  # the script's own value kept
+    assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)" in fixed
     golden("fix/persistent.diff", unified_diff(source, fixed, "epoch_stall.py"))
     # the image dump and the checkpoint: text, the measured ms quoted, never patched
     (advice,) = plan.advice
@@ -66,7 +67,7 @@ def test_the_dcgan_shape_gets_persistent_workers_and_the_epoch_work_as_advice(re
     assert f"({data['epoch_work_ms']:.2f} ms an epoch)" in advice.fix and "epoch % 10" in advice.fix
     # with the loader change of GD-RUN-DATALOADER the keyword is set once, both commented
     together, _, dropped = apply_located(source, plan.changes)
-    assert not dropped and together.count("persistent_workers=True") == 1
+    assert not dropped and together.count("persistent_workers=") == 1 and "num_workers=8, persistent_workers=True" in together
     ast.parse(together)
 
 
@@ -157,5 +158,26 @@ def test_pytorch_examples_dcgan_gets_a_patch_for_its_top_finding(recorded) -> No
     fixed, kept, dropped = apply_located(shown.stdout, [change])
     assert change.kind == "persistent" and kept == [change] and not dropped
     ast.parse(fixed)
-    assert "num_workers=int(opt.workers), persistent_workers=True)" in fixed
+    assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)" in fixed
     assert [a.reason.split(":")[0] for a in plan.advice] == ["epoch_work"]  # the image dumps and checkpoints
+
+
+def test_workers_given_in_a_kwargs_dict_get_persistent_workers_merged_into_it(recorded) -> None:
+    # pytorch/examples' mnist shape: num_workers in **train_kwargs on CUDA; never passed twice
+    findings, config = recorded
+    source = (ROOT / "fixtures" / "fix" / "helper_loop.py").read_text(encoding="utf-8")
+    plan = plan_fix(locate(source), [_stall(findings)], config)
+    (change,) = plan.changes
+    fixed, _, dropped = apply_located(source, [change])
+    assert change.kind == "persistent" and not dropped
+    # num_workers only when CUDA is there: persistent exactly when the dict holds workers
+    assert 'DataLoader(data, **{**train_kwargs, "persistent_workers": train_kwargs.get("num_workers", 0) > 0})' in fixed
+    ast.parse(fixed)
+
+
+def test_a_literal_worker_count_gets_persistent_workers_true(recorded) -> None:
+    findings, config = recorded
+    source = SCRIPT.read_text(encoding="utf-8").replace("num_workers=int(opt.workers)", "num_workers=2")
+    (change,) = plan_fix(locate(source), [_stall(findings)], config).changes
+    fixed, _, dropped = apply_located(source, [change])
+    assert not dropped and "num_workers=2, persistent_workers=True)" in fixed
