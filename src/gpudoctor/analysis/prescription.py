@@ -31,6 +31,7 @@ def performance_finding(
     title: str,
     evidence: list[str],
     fix: str,
+    data: tuple[tuple[str, float], ...] = (),
 ) -> list[Finding]:
     """A finding about speed, graded by its expected gain; nothing when the gain is below notice.
 
@@ -42,7 +43,7 @@ def performance_finding(
         return []
     severity = Severity.WARN if gain >= thresholds.warn_gain else Severity.INFO
     return [Finding(code=code, severity=severity, title=title, evidence=tuple(evidence),
-                    fix=fix.strip("\n"), expected_gain=round(gain, 4))]
+                    fix=fix.strip("\n"), expected_gain=round(gain, 4), data=data)]
 
 
 def worst_rank(ranks: Sequence[R], rule: Callable[[R], list[Finding]],

@@ -4,6 +4,14 @@ A loader that stalls every N batches (workers restarted each epoch, a slow shard
 decodes slowly), a metric read or a checkpoint every N steps: the median step looks healthy, the
 run is not. The rule judges the mean against the median (:class:`gpudoctor.analysis.steps.Tail`)
 on every rank and names the worst.
+
+A stall at every epoch boundary carries its parts as ``Finding.data`` (what ``gpudoctor fix``
+plans from), each per boundary: ``epoch_steps`` (steps per epoch), ``boundary_ms`` (the
+boundary's time beyond the median step), ``first_batch_wait_ms`` (of it, the wait for the first
+batch), ``worker_restart`` (1.0 when that wait is the DataLoader's workers restarting:
+``num_workers > 0`` and ``persistent_workers=False``; else 0.0), ``sync_ms`` and ``host_syncs``
+(the extra host syncs), ``host_work_ms`` (the rest of the host work), and ``epoch_work_ms`` (the
+script's own per-epoch work, syncs and host work, present only when the fix prescribes moving it).
 """
 
 from __future__ import annotations
@@ -37,8 +45,40 @@ def _epoch_steps(rf: RankFacts, world: int) -> int | None:
     return int(steps) if loader.drop_last else math.ceil(steps)
 
 
-def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
-    """(what, evidence, fix) for the slow steps of ``rf``: the loader, syncs, or other host work."""
+Data = tuple[tuple[str, float], ...]
+
+
+def epoch_work_fix(work_ms: float) -> str:
+    """The prescription for the script's own per-epoch work (``work_ms`` an epoch): run it less
+    often or off the training step. Text only: when a script saves is part of what it does."""
+    return (f"# the script's own per-epoch work ({ms(work_ms)} an epoch): checkpoints,\n"
+            "# evaluation, image or metric dumps - every N epochs, or off the training step\n"
+            "# (torch.distributed.checkpoint.async_save, a thread for image writes)\n"
+            "if epoch % 10 == 9:\n"
+            "    torch.save(model.state_dict(), path)")
+
+
+def _boundary(tail) -> tuple[float, float, float, float, float]:
+    """An epoch boundary's time beyond the median step and its measured parts, per boundary:
+    (total, first-batch wait, blocked in syncs, extra syncs, other host work)."""
+    per = len(tail.slow_steps) / max(1, tail.episodes)  # slow steps per boundary
+    total = tail.excess_ms / max(1, tail.episodes)
+    data = max(0.0, tail.extra_data_wait_ms) * per
+    sync = max(0.0, tail.extra_sync_ms) * per
+    syncs = max(0.0, tail.extra_syncs) * per
+    return total, data, sync, syncs, max(0.0, total - data - sync)
+
+
+def _boundary_data(tail, epoch: int | None, restart: bool) -> Data:
+    total, data, sync, syncs, host = _boundary(tail)
+    return (("epoch_steps", float(epoch or 0)), ("boundary_ms", round(total, 2)),
+            ("first_batch_wait_ms", round(data, 2)), ("worker_restart", 1.0 if restart else 0.0),
+            ("sync_ms", round(sync, 2)), ("host_syncs", round(syncs, 2)), ("host_work_ms", round(host, 2)))
+
+
+def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str, Data]:
+    """(what, evidence, fix, data) for the slow steps of ``rf``: the loader, syncs, or other host
+    work; ``data`` (the parts of an epoch boundary, module docstring) only at epoch boundaries."""
     tail = rf.stats.tail
     assert tail is not None
     extra = tail.excess_ms / len(tail.slow_steps)
@@ -51,12 +91,14 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
                     f"samples / batch {loader.batch_size}); data wait {ms(tail.extra_data_wait_ms)} "
                     f"above the median; num_workers={loader.num_workers}, "
                     f"persistent_workers={loader.persistent_workers}")
+        data = _boundary_data(tail, epoch, restart)
         if restart:
             return ("waits for the DataLoader's workers to restart at the start of an epoch",
                     evidence,
                     f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
                     f"{loader.num_workers},\n"
-                    "                    persistent_workers=True)   # keep the workers between epochs")
+                    "                    persistent_workers=True)   # keep the workers between epochs",
+                    data)
         return ("waits for the first batch of an epoch",
                 evidence + ": the DataLoader does not prefetch across epochs, so each epoch "
                            "begins with an empty queue",
@@ -64,7 +106,8 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
                 "#  - in-memory tensors: index whole batches (a BatchSampler as sampler, batch_size=None)\n"
                 "#    instead of collating samples one by one, or keep the data on the GPU\n"
                 "#    (gpudoctor.train.GpuLoader)\n"
-                "#  - or fewer, longer epochs (a sampler that spans several passes)")
+                "#  - or fewer, longer epochs (a sampler that spans several passes)",
+                data)
     if tail.extra_data_wait_ms >= th.tail_cause_min_share * extra:
         return (
             "waits for the DataLoader",
@@ -74,6 +117,7 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
             "loader = DataLoader(dataset, ..., persistent_workers=True,  # no restart each epoch\n"
             "                    prefetch_factor=4)                       # a deeper queue absorbs bursts\n"
             "# and make the slowest samples cheaper (decode, augmentation) - see gpudoctor tune loader",
+            (),
         )
     if at_epochs and loader is not None:
         return _epoch_boundary(rf, th, epoch, loader)
@@ -85,6 +129,7 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
             "# read accumulated GPU tensors less often, or asynchronously\n"
             "if step % log_every == 0:\n"
             "    log(running_loss.item() / log_every)",
+            (),
         )
     return (
         "does extra host work",
@@ -92,23 +137,19 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str]:
         "# look at what the script does every N steps: evaluation, checkpointing, logging,\n"
         "# garbage collection (gc.freeze() after start-up), or another process on the machine\n"
         "# (gpudoctor monitor)",
+        (),
     )
 
 
-def _epoch_boundary(rf: RankFacts, th: Thresholds, epoch: int | None, loader) -> tuple[str, str, str]:
-    """(what, evidence, fix) of a stall at every epoch boundary, split into the parts the step
+def _epoch_boundary(rf: RankFacts, th: Thresholds, epoch: int | None, loader) -> tuple[str, str, str, Data]:
+    """(what, evidence, fix, data) of a stall at every epoch boundary, split into the parts the step
     records measure, each named with its prescription when it carries at least
     ``tail_cause_part_min_share`` of the boundary's time beyond the median step: the wait for
     the first batch (restarted workers), host syncs (metric reads, image dumps that run the
     model), and the rest of the host work (checkpoints, file writes, evaluation)."""
     tail = rf.stats.tail
     assert tail is not None
-    per = len(tail.slow_steps) / max(1, tail.episodes)  # slow steps per boundary
-    total = tail.excess_ms / max(1, tail.episodes)
-    data = max(0.0, tail.extra_data_wait_ms) * per
-    sync = max(0.0, tail.extra_sync_ms) * per
-    syncs = max(0.0, tail.extra_syncs) * per
-    host = max(0.0, total - data - sync)
+    total, data, sync, syncs, host = _boundary(tail)
     named = lambda part: total > 0 and part >= th.tail_cause_part_min_share * total  # noqa: E731
     restart = loader.num_workers > 0 and not loader.persistent_workers
     parts = [f"{ms(data)} waiting for the first batch"
@@ -126,13 +167,11 @@ def _epoch_boundary(rf: RankFacts, th: Thresholds, epoch: int | None, loader) ->
     elif named(data):
         fix += ("# the first batch of each epoch waits (no prefetch across epochs): fewer, longer\n"
                 "# epochs, or a batch that is cheaper to produce\n")
+    found = _boundary_data(tail, epoch, restart)
     if named(sync) or named(host) or not fix:
-        fix += (f"# the script's own per-epoch work ({ms(sync + host)} an epoch): checkpoints,\n"
-                "# evaluation, image or metric dumps - every N epochs, or off the training step\n"
-                "# (torch.distributed.checkpoint.async_save, a thread for image writes)\n"
-                "if epoch % 10 == 9:\n"
-                "    torch.save(model.state_dict(), path)")
-    return ("does the work of an epoch boundary", evidence, fix.rstrip("\n"))
+        fix += epoch_work_fix(sync + host)
+        found += (("epoch_work_ms", round(sync + host, 2)),)
+    return ("does the work of an epoch boundary", evidence, fix.rstrip("\n"), found)
 
 
 def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
@@ -142,7 +181,7 @@ def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
     idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else None
     if idle is not None and idle < th.tail_min_excess:
         return []  # the GPU stayed busy through the slow host steps: queued work hid them
-    what, cause_line, fix = _cause(rf, th, world)
+    what, cause_line, fix, data = _cause(rf, th, world)
     if what == "waits for the DataLoader" and rf.breakdown.share("data") >= th.data_wait_min_share:
         # workers that fall behind every few batches: the mean data wait counts these steps, and
         # GD-RUN-DATALOADER's fix (more workers, a deeper queue) is the one for them
@@ -163,8 +202,8 @@ def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
         code=CODE_STALL, gain=tail.excess_share, thresholds=th,
         title=f"Periodic stalls: {every} a step {what}; the slow steps cost "
               f"{pct(tail.excess_share)} of the run",
-        evidence=evidence, fix=fix,
+        evidence=evidence, fix=fix, data=data,
     )
 
 
-__all__ = ["CODE_STALL", "check_periodic_stalls"]
+__all__ = ["CODE_STALL", "check_periodic_stalls", "epoch_work_fix"]

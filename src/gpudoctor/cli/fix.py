@@ -82,9 +82,10 @@ def register(app: typer.Typer) -> None:
 
         Runs SCRIPT under the probes as gpudoctor run does, turns the findings (data loader,
         pinned copies, fp32 compute, channels_last, cudnn.benchmark, a host sync per step,
-        launch-bound, set_epoch) into small commented libcst edits where it located the code,
-        measures each edit on its own against the original (interleaved runs, repeated until
-        the difference is above the noise) and keeps only those that measured faster. Prints
+        launch-bound, set_epoch, workers restarted every epoch) into small commented libcst
+        edits where it located the code, measures each edit on its own against the original
+        (interleaved runs, repeated until the difference is above the noise) and keeps only
+        those that measured faster. Prints
         the unified diff and a before/after table; --write applies it, keeping a backup.
         A script it cannot parse or locate gets the prescription as text (exit 1).
 

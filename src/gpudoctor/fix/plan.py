@@ -18,9 +18,13 @@ GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys sta
 GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
                        -> ``losses.append(x.detach())``: read when printed, formatted)
 GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler where each epoch starts
+GD-RUN-PERIODIC-STALL  ``persistent`` (``persistent_workers=True``) when the finding's data says
+                       the first batch of each epoch waits for restarted workers (``worker_restart``);
+                       the script's own per-epoch work (``epoch_work_ms``) is text advice only
 =====================  ==============================================================
 
-Only WARN (or worse) findings are patched: a tuned script gets no patch.
+Only WARN (or worse) findings are patched: a tuned script gets no patch. The stall's parts are
+read from ``Finding.data`` (:mod:`gpudoctor.analysis.tail_rules`), never from its prose.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 
 from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
+from gpudoctor.analysis.prescription import ms
+from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
 from gpudoctor.fix.host import host_slices
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
@@ -41,7 +47,7 @@ from gpudoctor.records.run import RankConfig
 
 PATCHED = ("GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE", "GD-RUN-H2D-BLOCKING", "GD-RUN-FP32-COMPUTE",
            "GD-RUN-CHANNELS-LAST", "GD-RUN-CUDNN-BENCHMARK", "GD-RUN-LAUNCH-BOUND", "GD-RUN-HOST-SYNC",
-           "GD-RUN-NO-SET-EPOCH")
+           "GD-RUN-NO-SET-EPOCH", CODE_STALL)
 PRECISION = frozenset({"bf16", "fp16", "tf32"})
 WHY = {
     "loader": "load batches in worker processes, pinned, kept alive and prefetched",
@@ -55,6 +61,7 @@ WHY = {
     "compile": "fuse the many small kernels of a launch-bound step",
     "item": "keep the metric on the device: read when printed, not synchronised every step",
     "set_epoch": "a different shuffle every epoch on every rank",
+    "persistent": "workers kept alive between epochs",
 }
 
 
@@ -80,6 +87,9 @@ def _kinds(finding: Finding, config: RankConfig | None, on_gpu: bool) -> list[st
         return ["non_blocking"] if loader is not None and loader.pin_memory else ["pin_memory", "non_blocking"]
     if code == "GD-RUN-FP32-COMPUTE":
         return fp32_knobs(config)
+    if code == CODE_STALL:  # an epoch boundary whose first batch waited for restarted workers
+        data = dict(finding.data)
+        return ["persistent"] if data.get("worker_restart") and data.get("first_batch_wait_ms", 0.0) > 0 else []
     return {"GD-RUN-CHANNELS-LAST": ["channels_last"], "GD-RUN-CUDNN-BENCHMARK": ["cudnn_benchmark"],
             "GD-RUN-LAUNCH-BOUND": ["compile"], "GD-RUN-HOST-SYNC": ["item"],
             "GD-RUN-NO-SET-EPOCH": ["set_epoch"]}.get(code, [])
@@ -101,14 +111,31 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
                 continue  # the loader change pins already
             if kind == "non_blocking" and any("non_blocking" in dict(o.kwargs) for c in plan.changes for o in c.ops):
                 continue  # the host tensors' pinning made the copies non-blocking already
-            change, reason = _change(kind, finding.code, found, config, on_gpu)
+            change, reason = _change(kind, finding, found, config, on_gpu)
             if change is not None and change.kind == "loader" and _sets_pin(change):
                 plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
             if change is not None:
                 plan.changes.append(change)
             elif reason:  # "": nothing to change there (already done in the code)
                 plan.advice.append(Advice(code=finding.code, reason=f"{kind}: {reason}", fix=finding.fix))
+        if finding.code == CODE_STALL:
+            plan.advice += _epoch_work_advice(finding)
     return _pair_non_blocking(found, plan)
+
+
+def _epoch_work_advice(finding: Finding) -> list[Advice]:
+    """The script's own per-epoch work of an epoch-boundary stall (image dumps, checkpoints), as
+    text: when a script saves its checkpoints or images is part of what it does, not a speed knob."""
+    data = dict(finding.data)
+    work = data.get("epoch_work_ms")
+    if work is None:
+        return []  # the analysis did not prescribe it: too small a part of the boundary
+    syncs = (f", {ms(data.get('sync_ms', 0.0))} of it blocked in {data.get('host_syncs', 0.0):.0f} host sync(s)"
+             if data.get("sync_ms") else "")
+    return [Advice(code=finding.code, reason=(
+        f"epoch_work: the script's own work at each epoch boundary (image dumps, checkpoints, evaluation) "
+        f"took {ms(work)} an epoch{syncs}; changing when it runs changes what the script does, so that "
+        "is yours to decide"), fix=epoch_work_fix(work))]
 
 
 def _pair_non_blocking(found: Located, plan: Plan) -> Plan:
@@ -175,13 +202,17 @@ def _pinned(found: Located) -> bool:
                                     and k.value.value is True for k in call.keywords)
 
 
-def _change(kind: str, code: str, found: Located, config: RankConfig | None,
+def _change(kind: str, finding: Finding, found: Located, config: RankConfig | None,
             on_gpu: bool) -> tuple[Change | None, str]:
+    code = finding.code
     if found.loop is None:
         return None, "; ".join(found.notes) or "the training loop was not found"
     if kind in ("cudnn_benchmark", "tf32", "channels_last", "bf16", "compile") and not found.torch_name:
         return None, "the file does not `import torch` as torch"
-    ops, reason = _ops(kind, found, config, on_gpu)
+    if kind == "persistent":
+        ops, reason = _persistent_ops(found, dict(finding.data))
+    else:
+        ops, reason = _ops(kind, found, config, on_gpu)
     if not ops:
         return None, reason
     return Change(kind=kind, code=code, why=WHY[kind], ops=tuple(ops), precision=kind in PRECISION,
@@ -261,6 +292,38 @@ def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bo
         return [], "the loader already has the planned settings"
     return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs,
                why=_loader_why(dict(kwargs)))], ""
+
+
+def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], str]:
+    """``persistent_workers`` on the loader the loop iterates (the stall's first batch waited for
+    restarted workers): ``True`` where ``num_workers`` is a literal, else true exactly when the
+    script's own ``num_workers`` is above 0 (``DataLoader`` refuses persistent workers without
+    workers: ``--workers 0`` must still run); not where the call has none or keeps them already."""
+    call = found.loader_call
+    if call is None:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
+    kw = {k.arg: k.value for k in call.keywords}
+    workers, stars = kw.get("num_workers"), [k.value for k in call.keywords if k.arg is None]
+    persistent = kw.get("persistent_workers")
+    if isinstance(persistent, ast.Constant) and persistent.value is True:
+        return [], f"the DataLoader(...) at line {call.lineno} has persistent_workers=True already"
+    if (workers is None and not stars) or (isinstance(workers, ast.Constant) and not workers.value):
+        return [], (f"the DataLoader(...) at line {call.lineno} has num_workers=0, not the workers the run "
+                    "restarted: persistent_workers=True would make it raise")
+    if isinstance(workers, ast.Constant):
+        value = "True"
+    elif workers is not None:
+        text = ast.get_source_segment(found.ctx.source, workers) or ""
+        simple = isinstance(workers, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+        value = f"{text if simple else f'({text})'} > 0"
+    elif len(stars) == 1 and isinstance(stars[0], ast.Name):
+        value = f'{stars[0].id}.get("num_workers", 0) > 0'
+    else:
+        return [], f"the DataLoader(...) at line {call.lineno} takes its workers from a ** expression"
+    wait = ms(data.get("first_batch_wait_ms"))
+    why = f"{WHY['persistent']}: the first batch of each epoch waited {wait} for them to restart"
+    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=(("persistent_workers", value),),
+               why=why)], ""
 
 
 def _host_pin_ops(found: Located) -> tuple[list[Op], str]:

@@ -31,6 +31,9 @@ class Finding:
         fix: the change to make, as a code snippet or a command.
         expected_gain: expected share of step time saved (0.0-1.0), ``None`` when unknown.
         docs_url: where to read more, or ``""``.
+        data: the measured figures behind the finding that a program acts on, by name
+            (``(("first_batch_wait_ms", 90.3), ("worker_restart", 1.0))``); each rule documents
+            its own names. ``gpudoctor fix`` plans its changes from them, never from the prose.
     """
 
     code: str
@@ -40,6 +43,7 @@ class Finding:
     fix: str = ""
     expected_gain: float | None = None
     docs_url: str = ""
+    data: tuple[tuple[str, float], ...] = ()
 
 
 def rank_findings(findings: list[Finding] | tuple[Finding, ...]) -> list[Finding]:

@@ -139,6 +139,42 @@ def test_a_stall_at_each_epoch_of_non_persistent_workers_prescribes_persistent_w
     f = by_code(diagnose(run))["GD-RUN-PERIODIC-STALL"]
     assert "restart at the start of an epoch" in f.title
     assert "persistent_workers=True" in f.fix
+    data = dict(f.data)  # what gpudoctor fix plans from: the whole stall is the workers' restart
+    assert data["worker_restart"] == 1.0 and data["epoch_steps"] == 10
+    assert data["first_batch_wait_ms"] == pytest.approx(100.0) and "epoch_work_ms" not in data
+
+
+def test_an_epoch_boundary_stall_carries_its_measured_parts_as_data():
+    # pytorch/examples' dcgan recorded on an H200: the parts the evidence names, as numbers
+    import json
+    from pathlib import Path
+
+    from gpudoctor.records.base import from_dict, to_dict
+    from gpudoctor.records.finding import Finding
+    from gpudoctor.records.rundir import load_run
+
+    run = load_run(Path(__file__).resolve().parents[2] / "fixtures" / "runs_corpus" / "dcgan")
+    f = by_code(diagnose(run))["GD-RUN-PERIODIC-STALL"]
+    data = dict(f.data)
+    assert data["worker_restart"] == 1.0 and data["epoch_steps"] == 16
+    assert data["boundary_ms"] == pytest.approx(
+        data["first_batch_wait_ms"] + data["sync_ms"] + data["host_work_ms"], abs=0.02)
+    assert data["epoch_work_ms"] == pytest.approx(data["sync_ms"] + data["host_work_ms"], abs=0.02)
+    for name in ("first_batch_wait_ms", "sync_ms", "host_work_ms", "boundary_ms"):
+        assert f"{data[name]:.2f} ms" in " ".join(f.evidence)  # the same figures the text quotes
+    assert f"({data['epoch_work_ms']:.2f} ms an epoch)" in f.fix
+    assert from_dict(Finding, json.loads(json.dumps(to_dict(f)))) == f  # findings.json keeps the parts
+
+
+def test_persistent_workers_leave_no_restart_part(build):
+    # the same checkpoint-bound epochs with workers kept alive: the parts carry no restart
+    step_ms = lambda i: 400.0 if i % 16 == 15 else 20.0  # noqa: E731
+    loader = build.loader(num_workers=2, persistent_workers=True, dataset_len=1000, batch_size=64)
+    run = build.run(steps_by_rank={0: build.steps(n=64, step_ms=step_ms)},
+                    configs={0: build.config(loaders=(loader,))},
+                    windows={0: build.window(gpu_busy_frac=0.2)})
+    data = dict(by_code(diagnose(run))["GD-RUN-PERIODIC-STALL"].data)
+    assert data["worker_restart"] == 0.0 and data["epoch_work_ms"] > 0
 
 
 def test_bimodal_steps_are_not_stalls(build):
