@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gpu import LEAK_TRAIN, save_figures
+
 torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
@@ -21,29 +23,6 @@ pytestmark = [
 MIB = 1 << 20
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-LEAK_TRAIN = """
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)]).cuda()
-opt = torch.optim.AdamW(model.parameters())
-data = DataLoader(TensorDataset(torch.randn(2048, 1024)), batch_size=64, pin_memory=True)
-history = []
-
-
-def remember(out):
-    history.append(out.detach().repeat(4, 1))  # the planted leak: 1 MiB kept every step
-
-
-for (x,) in data:
-    x = x.cuda(non_blocking=True)
-    out = model(x)
-    loss = out.square().mean()
-    remember(out)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-"""
 
 RESNET_TRAIN = """
 import torch
@@ -60,12 +39,6 @@ for step in range(4):
     opt.step()
 """
 
-
-def _save(name: str, data: dict) -> None:
-    print(json.dumps(data, indent=2))
-    out = os.environ.get("JOB_OUT")
-    if out:
-        Path(out, name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _memory_run(tmp_path: Path, script: str, *args: str):
@@ -87,7 +60,7 @@ def test_leak_site_is_named_without_an_oom(tmp_path) -> None:
     memory = payload["memory"]
     leak = [f for f in memory["findings"] if f["code"] == "GD-RUN-MEM-LEAK"]
     sites = memory["leak_sites"]
-    _save("leak_site.json", {"finding": leak, "leak_sites": sites})
+    save_figures("leak_site.json", {"finding": leak, "leak_sites": sites})
     assert leak, memory["findings"]
     assert "train.py" in sites["sites"][0]["site"] and sites["sites"][0]["site"].endswith("remember"), sites
     grew = sites["sites"][0]["bytes_to"] - sites["sites"][0]["bytes_from"]
@@ -152,7 +125,7 @@ def test_resnet50_module_memory_within_15_percent_of_a_hand_measurement(tmp_path
                 compared.append({"module": name or "(model)", "what": what, "gpudoctor": mine, "hand": theirs,
                                  "rel_err": round(err, 4)})
                 worst = max(worst, err)
-    _save("resnet50_modules_vs_hand.json", {
+    save_figures("resnet50_modules_vs_hand.json", {
         "model": "torchvision resnet50, batch 32, 224x224, fp32, SGD momentum, step 1",
         "modules": len(hand), "figures_compared": len(compared), "worst_rel_err": round(worst, 4),
         "model_line": {"gpudoctor": [lines[""].kept_bytes, lines[""].peak_bytes], "hand": list(hand[""])},
@@ -196,7 +169,7 @@ def test_resnet50_without_a_dataloader_stages_hold_the_right_bytes(tmp_path) -> 
 
     parts = memory["parts"]
     forward = [r["delta_bytes"] for r in rows if r["stage"] == "forward"]
-    _save("resnet50_no_loader_stages.json", {
+    save_figures("resnet50_no_loader_stages.json", {
         "command": "memory run --modules --steps 4 --stages 2 (torchvision resnet50, batch 32, no DataLoader)",
         "rows": [{k: r[k] for k in ("step", "stage", "allocated_bytes", "delta_bytes", "freed_bytes")} for r in rows],
         "parts": parts, "weights_bytes": weights, "params_bytes": params, "batch_bytes": batch,
@@ -233,7 +206,7 @@ def test_what_if_checkpointing_against_a_checkpointed_run() -> None:
     real = measure_point(checkpointed, make, 64, config, torch.device("cuda")).peak_allocated_bytes
     predicted_saving = answer.peak_before_bytes - answer.peak_after_bytes
     measured_saving = plain - real
-    _save("what_if_checkpointing_resnet50.json", {
+    save_figures("what_if_checkpointing_resnet50.json", {
         "blocks": kind, "estimate_peak": answer.peak_before_bytes, "predicted_peak": answer.peak_after_bytes,
         "measured_peak_plain": plain, "measured_peak_checkpointed": real,
         "predicted_saving": predicted_saving, "measured_saving": measured_saving,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gpu import LEAK_TRAIN, save_figures
+
 torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
@@ -26,37 +28,7 @@ pytestmark = [
 MIB = 1 << 20
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-LEAK_TRAIN = """
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)]).cuda()
-opt = torch.optim.AdamW(model.parameters())
-data = DataLoader(TensorDataset(torch.randn(2048, 1024)), batch_size=64, pin_memory=True)
-history = []
 
-
-def remember(out):
-    history.append(out.detach().repeat(4, 1))  # the planted leak: 1 MiB kept every step
-
-
-for epoch in range(10):
-    for (x,) in data:
-        x = x.cuda(non_blocking=True)
-        out = model(x)
-        loss = out.square().mean()
-        remember(out)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-"""
-
-
-def _save(name: str, data: dict) -> None:
-    print(json.dumps(data, indent=2))
-    out = os.environ.get("JOB_OUT")
-    if out:
-        Path(out, name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def test_plain_run_names_the_leaking_line(tmp_path: Path) -> None:
@@ -81,7 +53,7 @@ def test_plain_run_names_the_leaking_line(tmp_path: Path) -> None:
     window = tuple(run.manifest.profile_window)
     others = [ms for step, ms in steps.items() if step >= 5 and step not in recorded
               and not (window and window[0] <= step <= window[1])]
-    _save("run_leak_site.json", {
+    save_figures("run_leak_site.json", {
         "finding": leak, "leak_sites": sites, "profile_window": window,
         "step_ms_history_on": {step: steps[step] for step in sorted(recorded) if step in steps},
         "step_ms_median_other_steady": statistics.median(others) if others else None,
