@@ -166,9 +166,18 @@ def profiled_steps(run: RunData, rank: int) -> tuple[int, int] | None:
     return None
 
 
+def history_steps(run: RunData, rank: int) -> tuple[int, int] | None:
+    """The steps ``run`` recorded allocation history in on ``rank`` (first, last) to name a
+    leak's sites (``LeakSites.history_steps``), to keep out of the step statistics (every
+    allocation recorded a stack); ``None`` when it did not (memory mode, older recordings)."""
+    sites = run.leak_sites.get(rank)
+    return None if sites is None else sites.history_steps
+
+
 def rank_stats(run: RunData, rank: int, thresholds: Thresholds) -> RankStepStats | None:
     """The step statistics of one rank: the only place they are computed for a run."""
-    return rank_step_stats(run.steps.get(rank, []), thresholds, profiled_steps(run, rank))
+    return rank_step_stats(run.steps.get(rank, []), thresholds, profiled_steps(run, rank),
+                           history_steps(run, rank))
 
 
 def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
@@ -195,5 +204,5 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
                     host_memory=host)
 
 
-__all__ = ["Breakdown", "RankFacts", "RunFacts", "main_loader", "profiled_steps", "rank_stats",
+__all__ = ["Breakdown", "RankFacts", "RunFacts", "history_steps", "main_loader", "profiled_steps", "rank_stats",
            "run_facts"]

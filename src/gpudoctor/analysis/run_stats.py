@@ -3,7 +3,8 @@ table and ``--json`` quote them. Pure: records in, numbers out.
 
 Not a second computation: every figure is read from :class:`gpudoctor.analysis.steps.RankStepStats`
 (via :func:`gpudoctor.analysis.facts.rank_stats`, which chooses the steps exactly as the rules
-do: warm-up and the profiler window left out), so every view quotes the same numbers.
+do: warm-up, the profiler window and the steps recorded with allocation history left out), so
+every view quotes the same numbers.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class StepStats:
     one_off_steps: tuple[int, ...] = ()  # one-off slow steps left out of every figure above
     one_off_ms: float | None = None  # their time, summed
     one_off: str | None = None  # the line every view prints for them (with the likely cause)
+    history_steps: tuple[int, ...] = ()  # steps recorded with allocation history, left out
+    history: str | None = None  # the line every view prints for them
 
 
 def one_off_note(stats: RankStepStats, config: Any = None) -> str | None:
@@ -52,6 +55,19 @@ def one_off_note(stats: RankStepStats, config: Any = None) -> str | None:
     cause = one_off_cause(one, getattr(config, "cudnn_benchmark", None),
                           None if loader is None else loader.drop_last)
     return f"rank {stats.rank}: " + one_off_line(one, cause)
+
+
+def history_note(stats: RankStepStats) -> str | None:
+    """``rank 0: 5 steps (9-13) ran with allocation history on ...`` for the steps ``run``
+    recorded allocation history in to name a leak's sites, left out of the steady figures (and
+    of ``n_used``); ``None`` without them. Every view prints this line."""
+    steps = stats.history_steps
+    if not steps:
+        return None
+    where = str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+    label = "step" if len(steps) == 1 else "steps"
+    return (f"rank {stats.rank}: {len(steps)} {label} ({where}) ran with allocation history on, "
+            "to name the leak's sites — left out of the steady figures")
 
 
 def from_rank_stats(stats: RankStepStats, config: Any = None) -> StepStats:
@@ -76,6 +92,8 @@ def from_rank_stats(stats: RankStepStats, config: Any = None) -> StepStats:
         one_off_steps=() if stats.one_off is None else stats.one_off.steps,
         one_off_ms=None if stats.one_off is None else stats.one_off.total_ms,
         one_off=one_off_note(stats, config),
+        history_steps=stats.history_steps,
+        history=history_note(stats),
     )
 
 
@@ -90,4 +108,4 @@ def run_stats(run: RunData, thresholds: Thresholds | None = None) -> list[StepSt
     return out
 
 
-__all__ = ["StepStats", "from_rank_stats", "one_off_note", "run_stats"]
+__all__ = ["StepStats", "from_rank_stats", "history_note", "one_off_note", "run_stats"]

@@ -53,30 +53,44 @@ def least_squares(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
 
 
 def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
-                 exclude: tuple[int, int] | None = None) -> list[StepRecord]:
+                 exclude: tuple[int, int] | None = None,
+                 history: tuple[int, int] | None = None) -> list[StepRecord]:
     """The steps after warm-up: drop ``warmup_steps`` or ``warmup_frac`` of them, whichever is more,
-    and the steps ``exclude`` (first, last inclusive: the profiler window, which slows them).
+    the steps ``exclude`` (first, last inclusive: the profiler window, which slows them) and the
+    steps ``history`` (first, last inclusive: the ones ``run`` recorded allocation history in to
+    name a leak's sites, ``LeakSites.history_steps``: every allocation recorded a stack).
 
-    Keeps at least ``min_steps`` (the last ones, outside the window when there are enough of
-    those) when the run is short, so a 6-step run still says something, and all steps when there
-    are fewer than that. Then drops a one-off slow step (:mod:`gpudoctor.analysis.one_off`),
-    which :attr:`RankStepStats.one_off` reports.
+    Keeps at least ``min_steps`` (the last ones, outside both when there are enough of those)
+    when the run is short, so a 6-step run still says something, and all steps when there are
+    fewer than that. Then drops a one-off slow step (:mod:`gpudoctor.analysis.one_off`), which
+    :attr:`RankStepStats.one_off` reports.
     """
-    return _steady(steps, thresholds, exclude)[0]
+    return _steady(steps, thresholds, exclude, history)[0]
 
 
-def _steady(steps: Sequence[StepRecord], thresholds: Thresholds,
-            exclude: tuple[int, int] | None) -> tuple[list[StepRecord], OneOff | None]:
+def _inside(step: int, span: tuple[int, int] | None) -> bool:
+    return span is not None and span[0] <= step <= span[1]
+
+
+def _steady(steps: Sequence[StepRecord], thresholds: Thresholds, exclude: tuple[int, int] | None,
+            history: tuple[int, int] | None = None) -> tuple[list[StepRecord], OneOff | None, tuple[int, ...]]:
+    """(the steady steps, their one-off, the ``history`` steps left out of them: those past the
+    first kept step; a range inside warm-up was left out anyway)."""
     ordered = sorted(steps, key=lambda s: s.step)
     drop = max(thresholds.warmup_steps, math.ceil(thresholds.warmup_frac * len(ordered)))
-    def unprofiled(part: list[StepRecord]) -> list[StepRecord]:
-        return part if exclude is None else [s for s in part if not exclude[0] <= s.step <= exclude[1]]
+    def unslowed(part: list[StepRecord]) -> list[StepRecord]:
+        return [s for s in part if not _inside(s.step, exclude) and not _inside(s.step, history)]
 
-    kept = unprofiled(ordered[drop:])
+    past = ordered[drop:]
+    kept = unslowed(past)
     if len(kept) < thresholds.min_steps:
-        outside = unprofiled(ordered)
+        outside = unslowed(ordered)
         kept = (outside if len(outside) >= thresholds.min_steps else ordered)[-thresholds.min_steps:]
-    return steady_and_one_off(kept, thresholds)
+        past = [s for s in ordered if kept and s.step >= kept[0].step]
+    held = {s.step for s in kept}
+    left = tuple(s.step for s in past if s.step not in held and _inside(s.step, history))
+    used, one_off = steady_and_one_off(kept, thresholds)
+    return used, one_off, left
 
 
 def steady_and_one_off(kept: list[StepRecord], thresholds: Thresholds) -> tuple[list[StepRecord], OneOff | None]:
@@ -204,6 +218,9 @@ class RankStepStats:
             steps the GradScaler skipped left out (an inf there is what it is for).
         one_off: the one-off slow step(s) left out of every figure above (``n_used`` does
             not count them), ``None`` when there was none.
+        history_steps: the steps past warm-up left out because ``run`` recorded allocation
+            history in them to name a leak's sites (slower: every allocation records a stack);
+            ``n_used`` does not count them, and they are no stall, one-off or slow-down.
     """
 
     rank: int
@@ -243,6 +260,7 @@ class RankStepStats:
     grad_norms: tuple[tuple[int, float], ...] = ()
     nonfinite_grad_steps: tuple[int, ...] = ()
     one_off: OneOff | None = None
+    history_steps: tuple[int, ...] = ()
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -299,12 +317,14 @@ def _mean_opt(values: list[float | None]) -> float | None:
 
 
 def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
-                    exclude: tuple[int, int] | None = None) -> RankStepStats | None:
-    """Statistics of one rank's steps (``exclude``: the profiler window's steps); ``None`` when
-    the rank recorded no step."""
+                    exclude: tuple[int, int] | None = None,
+                    history: tuple[int, int] | None = None) -> RankStepStats | None:
+    """Statistics of one rank's steps (``exclude``: the profiler window's steps; ``history``: the
+    steps recorded with allocation history on, see :func:`steady_steps`); ``None`` when the rank
+    recorded no step."""
     if not steps:
         return None
-    used, one_off = _steady(steps, thresholds, exclude)
+    used, one_off, history_steps = _steady(steps, thresholds, exclude, history)
     mems = [(s.step, s.mem) for s in used if s.mem is not None]
     leak = least_squares([float(i) for i, _ in mems], [float(m.allocated_bytes) for _, m in mems])
     all_mems = [s.mem for s in sorted(steps, key=lambda s: s.step) if s.mem is not None]
@@ -361,6 +381,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
                                    if s.grad_norm is not None and not s.scaler_skipped
                                    and not math.isfinite(s.grad_norm)),
         one_off=one_off,
+        history_steps=history_steps,
     )
 
 

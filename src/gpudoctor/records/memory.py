@@ -145,11 +145,19 @@ class LeakSites:
     """Allocation sites whose live bytes grew between two steps: memory mode records allocation
     history for the whole run and compares two reduced snapshots after the probed ones, at the
     optimizer's step pre-hook; plain ``run`` records it for a few steps once the allocated bytes
-    grew and compares them at the step boundary (``collectors.instrument.leak_probe``)."""
+    grew and compares them at the step boundary (``collectors.instrument.leak_probe``).
+
+    ``history_steps``: the steps (first, last, inclusive) that plain ``run`` ran with the
+    allocation history it turned on: every allocation recorded a stack, so they are slower and
+    are left out of the step statistics, like the profiler window. ``None`` in memory mode
+    (history on all run), when the script kept its own history on, and in older recordings.
+    ``step_to`` is ``-1`` (no sites) when the recording ended before its second snapshot (the
+    script ended, or a snapshot failed); ``step_from`` is then ``-1`` too if no base was taken."""
 
     step_from: int
     step_to: int
     sites: tuple[SiteGrowth, ...] = ()
+    history_steps: tuple[int, int] | None = None
 
 
 @record

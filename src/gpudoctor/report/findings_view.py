@@ -16,7 +16,7 @@ from rich.text import Text
 from gpudoctor.analysis.breakdown import PARTS
 from gpudoctor.analysis.facts import RunFacts, run_facts
 from gpudoctor.analysis.prescription import pct
-from gpudoctor.analysis.run_stats import one_off_note
+from gpudoctor.analysis.run_stats import history_note, one_off_note
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
 from gpudoctor.records.rundir import RunData
@@ -172,7 +172,8 @@ def top_tables(facts: RunFacts, n: int) -> list[RenderableType]:
 
 def breakdown_notes(facts: RunFacts) -> list[Text]:
     """Lines under the table: how the parts were split, who waits for whom, and each rank's
-    one-off slow step left out of the figures (:func:`gpudoctor.analysis.run_stats.one_off_note`)."""
+    one-off slow step and steps with allocation history on left out of the figures
+    (:func:`gpudoctor.analysis.run_stats.one_off_note`, :func:`~gpudoctor.analysis.run_stats.history_note`)."""
     if not facts.ranks:
         return []
     notes = []
@@ -193,6 +194,10 @@ def breakdown_notes(facts: RunFacts) -> list[Text]:
         line = one_off_note(rf.stats, rf.config)
         if line:
             out.append(Text(line, style="yellow"))
+    for rf in facts.ranks:  # the steps `run` slowed itself to name a leak's sites
+        line = history_note(rf.stats)
+        if line:
+            out.append(Text(line, style="dim"))
     return out
 
 

@@ -74,4 +74,5 @@ def render_summary(run: RunData, *, full: bool = True):
             _fmt(s.peak_mem_gb, ".2f"),
         )
     notes = [Text(s.one_off, style="yellow") for s in stats if s.one_off]
+    notes += [Text(s.history, style="dim") for s in stats if s.history]
     return Group(*lines, table, *notes)

@@ -102,3 +102,22 @@ def test_one_off_step_and_epoch_boundary_view(golden, width):
     console = Console(file=io.StringIO(), width=width, color_system=None)
     console.print(render_findings(run, diagnose(run), top=0))
     golden(f"analysis/findings_dcgan_{width}.txt", console.file.getvalue())
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_steps_with_allocation_history_are_named_under_the_table(build, golden, width):
+    # `run` recorded allocation history in steps 30-34 to name a leak's sites: they are slow,
+    # left out of the title's count (44/60) and said so under the table, no one-off line
+    from gpudoctor.records.memory import LeakSites, SiteGrowth
+
+    steps = build.steps(n=60, step_ms=lambda i: 400.0 if 30 <= i <= 34 else 40.0,
+                        mem=lambda i: build.mem(allocated=2 * build.GIB + i * 4 * build.MIB))
+    run = build.run(steps_by_rank={0: steps})
+    run.leak_sites[0] = LeakSites(step_from=30, step_to=34, history_steps=(30, 34), sites=(
+        SiteGrowth(site="train.py:41 train_step", bytes_from=4 * build.MIB, bytes_to=20 * build.MIB,
+                   blocks_from=1, blocks_to=5),))
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render_findings(run, diagnose(run), top=0))
+    text = console.file.getvalue()
+    assert "steps after warm-up (44/60)" in text and "one-time" not in text
+    golden(f"analysis/findings_alloc_history_{width}.txt", text)

@@ -104,3 +104,50 @@ def test_a_short_run_is_measured_outside_the_profiler_window(build):
     th = Thresholds()
     assert [s.step for s in steady_steps(build.steps(n=10), th, exclude=(5, 9))] == [2, 3, 4]
     assert [s.step for s in steady_steps(build.steps(n=4), th, exclude=(1, 3))] == [1, 2, 3]  # too few outside
+
+
+def test_steps_recorded_with_allocation_history_are_left_out(build):
+    """``run`` recorded allocation history in steps 20-24 to name a leak's sites (every
+    allocation took a stack: 3x slower here, the first 40x): no figure counts them, and they
+    make no one-off step, stall or slow-down; ``history_steps`` says which were left out."""
+    slow = {20: 1600.0, 21: 120.0, 22: 120.0, 23: 120.0, 24: 120.0}
+    steps = build.steps(n=60, step_ms=lambda i: slow.get(i, 40.0))
+    counted = rank_step_stats(steps, Thresholds(), exclude=(55, 59))
+    assert counted.one_off is not None and counted.one_off.steps == (20,)  # what it was taken for
+    s = rank_step_stats(steps, Thresholds(), exclude=(55, 59), history=(20, 24))
+    assert s.history_steps == (20, 21, 22, 23, 24)
+    assert (s.n_used, s.step_ms, s.mean_step_ms, s.total_ms) == (44, 40.0, 40.0, 44 * 40.0)
+    assert s.one_off is None and not s.tail.stalls
+    assert s.trend is None or s.trend.growth_ms == pytest.approx(0.0, abs=1e-6)
+    assert 20 not in [x.step for x in steady_steps(steps, Thresholds(), (55, 59), (20, 24))]
+
+
+def test_history_steps_inside_warm_up_or_a_short_run(build):
+    th = Thresholds()
+    # inside warm-up: left out anyway, not reported as left out for the history
+    s = rank_step_stats(build.steps(n=30), th, history=(1, 4))
+    assert (s.n_used, s.history_steps) == (25, ())
+    # straddling the end of warm-up: only the steps past it are reported
+    assert rank_step_stats(build.steps(n=30), th, history=(3, 7)).history_steps == (5, 6, 7)
+    # a short run measures the last steps outside both the window and the history
+    assert [x.step for x in steady_steps(build.steps(n=10), th, (8, 9), (4, 5))] == [2, 3, 6, 7][-3:]
+
+
+def test_the_leak_sites_record_feeds_the_history_steps_to_every_view(build):
+    from gpudoctor.analysis.facts import rank_stats
+    from gpudoctor.analysis.run_stats import run_stats
+    from gpudoctor.records.memory import LeakSites
+
+    # the fixture's profiler window is steps 10-14; warm-up 0-5: 44 steady steps
+    run = build.run(steps_by_rank={0: build.steps(n=60, step_ms=lambda i: 400.0 if 30 <= i <= 34 else 40.0)})
+    plain = rank_stats(run, 0, Thresholds())
+    assert (plain.n_used, plain.history_steps) == (49, ()) and plain.mean_step_ms > 40.0
+    run.leak_sites[0] = LeakSites(step_from=30, step_to=34, history_steps=(30, 34))
+    s = rank_stats(run, 0, Thresholds())
+    assert (s.n_used, s.history_steps, s.mean_step_ms) == (44, (30, 31, 32, 33, 34), 40.0)
+    (view,) = run_stats(run)
+    assert (view.steps, view.history_steps, view.mean_step_ms) == (44, s.history_steps, 40.0)
+    assert view.history == ("rank 0: 5 steps (30-34) ran with allocation history on, to name the "
+                            "leak's sites — left out of the steady figures")
+    run.leak_sites[0] = LeakSites(step_from=30, step_to=34)  # memory mode / older recordings
+    assert rank_stats(run, 0, Thresholds()) == plain

@@ -25,9 +25,12 @@ from gpudoctor.records.rundir import load_run
 MIB = 1 << 20
 
 # argv[1]: "leak" (1 MiB kept every step), "steady" (nothing kept), "die" (leaks, then raises
-# while the history is on). The history switch is logged to history.log, one line per call.
+# one step after the history was turned on: step 9 ran with it). argv[2] (optional): seconds each step sleeps while the history is on
+# (recording stacks makes those steps slower), the first of them 8 times as long: a slow step
+# that stands out that far would otherwise be taken for a one-off start-up cost. The history switch is logged to history.log.
 SCRIPT = """
 import sys
+import time
 import torch
 from torch import nn
 from gpudoctor.collectors.instrument import leak_probe, probes
@@ -35,6 +38,7 @@ from gpudoctor.core.memory import AllocatorStats
 from gpudoctor.records.base import to_dict
 
 MODE = sys.argv[1]
+SLOW = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 blocks = [(8 * 1024 * 1024, [])]  # the weights, made before any history: no frames
 history = {"on": False}
 log = open("history.log", "w")
@@ -86,22 +90,26 @@ def remember():
 model = nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(8, 4)
+seen_on = 0
 for step in range(100):
     loss = model(x).square().mean()
+    seen_on = seen_on + 1 if history["on"] else 0  # steps run with the history on
     if MODE != "steady":
         remember()
+    if history["on"] and SLOW:
+        time.sleep(SLOW * (8 if seen_on == 1 else 1))
     opt.zero_grad()
     loss.backward()
     opt.step()
-    if MODE == "die" and history["on"]:
+    if MODE == "die" and seen_on == 1 and history["on"]:
         raise RuntimeError("the script dies while the history is on")
 """
 
 
-def _run(tmp_path: Path, mode: str, *args: str) -> dict:
+def _run(tmp_path: Path, mode: str, *args: str, steps: int = 20, slow: float = 0.0) -> dict:
     (tmp_path / "train.py").write_text(SCRIPT, encoding="utf-8")
-    result = gpudoctor("run", "--steps", "20", "--json", "--fail-on", "never", "--out", "rd", *args,
-                       "--", sys.executable, "train.py", mode, cwd=tmp_path, timeout=120)
+    result = gpudoctor("run", "--steps", str(steps), "--json", "--fail-on", "never", "--out", "rd", *args,
+                       "--", sys.executable, "train.py", mode, str(slow), cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
@@ -113,6 +121,7 @@ def test_a_leak_seen_during_run_gets_its_sites_recorded_and_named_by_diagnose(tm
     run = load_run(tmp_path / "rd")
     sites = run.leak_sites[0]
     assert (sites.step_from, sites.step_to) == (9, 13)  # the base one step after, then 4 steps
+    assert sites.history_steps == (9, 13)  # on after boundary 8, off after boundary 13
     (top,) = sites.sites  # the weights (no frames) did not grow: only the planted site
     assert "train.py:" in top.site and top.site.endswith(" remember"), top.site
     assert top.bytes_to - top.bytes_from == 4 * MIB and top.blocks_to - top.blocks_from == 4
@@ -143,7 +152,39 @@ def test_the_history_is_stopped_when_the_script_dies_while_it_is_on(tmp_path: Pa
                        "--", sys.executable, "train.py", "die", cwd=tmp_path, timeout=120)
     assert "the script dies while the history is on" in result.stderr
     assert (tmp_path / "history.log").read_text() == "on\noff\n"  # atexit turned it off
-    assert not (tmp_path / "rd" / "leak-sites-rank0.json").exists()
+    # step 9 ran with the history on (its boundary took the base), then the script died: no
+    # sites, but the record still says which step the statistics must leave out
+    sites = load_run(tmp_path / "rd").leak_sites[0]
+    assert (sites.step_from, sites.step_to, sites.sites, sites.history_steps) == (9, -1, (), (9, 9))
+
+
+def test_the_steps_run_with_history_on_are_left_out_of_the_steady_figures(tmp_path: Path) -> None:
+    """Recording stacks slows the steps the history is on in (here 40 ms each, the first 320 ms,
+    against a step of under a millisecond): they are left out of every figure, and read as no
+    stall, no one-off step and no slow-down; the view says so. Counted in, the first of them was
+    a one-off step (printed "one-time: step 9") and the mean step over 10x the median."""
+    payload = _run(tmp_path, "leak", steps=60, slow=0.04)
+    run = load_run(tmp_path / "rd")
+    assert run.leak_sites[0].history_steps == (9, 13)
+    records = {s.step: s.step_ms for s in run.steps[0]}
+    assert min(records[s] for s in range(9, 14)) >= 40.0  # the fake made them slow
+
+    (stats,) = payload["stats"]
+    assert stats["history_steps"] == [9, 10, 11, 12, 13]
+    # 60 steps: warm-up 0-5 and the profiler window 55-59 out, then the 5 recorded ones
+    assert stats["steps"] == 60 - 6 - 5 - 5
+    assert stats["one_off_steps"] == [] and stats["one_off"] is None
+    assert stats["mean_step_ms"] < 10.0  # no 40 ms step in the mean (CPU noise: ~1 ms)
+    assert "5 steps (9-13) ran with allocation history on" in stats["history"]
+    codes = {f["code"] for f in payload["findings"]}
+    assert "GD-RUN-MEM-LEAK" in codes
+    assert not codes & {"GD-RUN-PERIODIC-STALL", "GD-RUN-SLOWDOWN", "GD-RUN-STALL"}, codes
+
+    shown = gpudoctor("diagnose", "rd", "--fail-on", "never", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "steps after warm-up (44/60)" in shown.stdout
+    assert "rank 0: 5 steps (9-13) ran with allocation history on" in shown.stdout
+    assert "one-time" not in shown.stdout
 
 
 # ---- the online check alone, in this process -------------------------------------------------

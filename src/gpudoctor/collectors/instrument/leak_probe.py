@@ -17,6 +17,14 @@ history and writes the same ``leak-sites-rank{N}.json``: the leak finding of ``r
 ``diagnose`` and ``report`` then names the sites. An ``atexit`` handler stops the history if the
 script dies in between.
 
+History turned on at boundary ``b`` (the end of step ``b``) and off at the boundary of the second
+snapshot ``b + 1 + record_steps``: steps ``b + 1`` to ``b + 1 + record_steps`` ran with it (5
+steps by default; the snapshots themselves are taken at boundaries, outside any step's time).
+The record says so in ``LeakSites.history_steps``, and the step statistics leave those steps out
+(:func:`gpudoctor.analysis.facts.rank_stats`). When the recording ends early (the script ended,
+a snapshot failed), the record is still written, with no sites and the steps that did run with
+history on.
+
 Taking a snapshot walks the allocator's state on the host (tens of ms, at a boundary, outside
 any step's time); while history is on, every allocation records its Python stack (host time in
 the recorded steps). A memory diagnosis cost, paid a few times per run, never an OOM needed.
@@ -30,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.analysis.memory_leak_sites import grown_sites, site_totals
-from gpudoctor.collectors.instrument.state import S
+from gpudoctor.collectors.instrument.state import S, is_owner
 from gpudoctor.records.base import write_json
 from gpudoctor.records.memory import LeakSites
 from gpudoctor.records.rundir import KIND_LEAK_SITES, leak_sites_file
@@ -56,9 +64,10 @@ def live_sites(torch: Any) -> dict[str, tuple[int, int]]:
 
 
 def _write(base: dict[str, tuple[int, int]], base_step: int, totals: dict[str, tuple[int, int]],
-           step: int) -> None:
+           step: int, history: tuple[int, int] | None = None) -> None:
     assert S.run_dir is not None
-    sites = LeakSites(step_from=base_step, step_to=step, sites=grown_sites(base, totals))
+    sites = LeakSites(step_from=base_step, step_to=step, sites=grown_sites(base, totals),
+                      history_steps=history)
     write_json(S.run_dir / leak_sites_file(S.rank), sites, kind=KIND_LEAK_SITES)
 
 
@@ -111,6 +120,7 @@ class _Watch:
         self.streak = 0  # consecutive qualifying growths
         self.started = -1  # the boundary at which history was turned on
         self.ours = False  # we turned history on (the script had not): we turn it off
+        self.written = False  # the sites (with the history's steps) were written
         self.base: dict[str, tuple[int, int]] | None = None
         self.base_step = -1
         self.warmup = 5
@@ -190,7 +200,7 @@ def _start(step: int) -> None:
         if not _history_on():  # a script recording its own history keeps it, on
             _set_history(True)
             W.ours = True
-            atexit.register(stop_run_history)
+            atexit.register(_stop_at_exit)
     except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
         _give_up(exc)
 
@@ -203,24 +213,50 @@ def _recording(step: int) -> None:
             if W.base is None:
                 W.base, W.base_step = totals, step
                 return
-            _write(W.base, W.base_step, totals, step)
+            # steps started + 1 .. step ran with the history on: the stats leave them out
+            _write(W.base, W.base_step, totals, step, (W.started + 1, step) if W.ours else None)
         except Exception as exc:  # noqa: BLE001
-            _give_up(exc)
+            _give_up(exc, step)
             return
+        W.written = True
         stop_run_history()
 
 
-def _give_up(exc: Exception) -> None:
+def _give_up(exc: Exception, last: int | None = None) -> None:
+    """Stop recording after an error; ``last``: the last step that ran with the history on."""
     print(f"gpudoctor: allocation sites not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
-    stop_run_history()
+    stop_run_history(last)
 
 
-def stop_run_history() -> None:
-    """Stop what :func:`watch` started (once; also at exit, if the script died while recording)."""
+def _stop_at_exit() -> None:
+    stop_run_history(S.step - 1)  # S.step: the step in progress, which writes no record
+
+
+def stop_run_history(last: int | None = None) -> None:
+    """Stop what :func:`watch` started (once; also at exit, if the script died while recording).
+
+    ``last``: the last step that ran with the history on, when it stops before the second
+    snapshot: the steps from the one after :attr:`_Watch.started` to it are written as
+    ``history_steps`` of a record with no sites, so the step statistics still leave them out.
+    """
     W.armed = False
     if W.ours:
         W.ours = False
+        if last is not None and not W.written:
+            _write_unfinished(last)
         try:
             _set_history(False)
         except Exception:  # noqa: BLE001 - the process is ending or CUDA is gone
             pass
+
+
+def _write_unfinished(last: int) -> None:
+    first = W.started + 1
+    if last < first or S.run_dir is None or not is_owner():
+        return
+    sites = LeakSites(step_from=W.base_step if W.base is not None else -1, step_to=-1,
+                      history_steps=(first, last))
+    try:
+        write_json(S.run_dir / leak_sites_file(S.rank), sites, kind=KIND_LEAK_SITES)
+    except Exception:  # noqa: BLE001 - the process may be ending: the steps stay counted
+        pass
