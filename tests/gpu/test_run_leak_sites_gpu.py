@@ -49,7 +49,8 @@ def test_plain_run_names_the_leaking_line(tmp_path: Path) -> None:
 
     run = load_run(tmp_path / "rd")
     steps = {s.step: s.step_ms for s in run.steps[0]}
-    recorded = set(range(sites["step_from"], sites["step_to"] + 1)) if sites else set()
+    history = sites.get("history_steps") if sites else None
+    recorded = set(range(history[0], history[1] + 1)) if history else set()
     window = tuple(run.manifest.profile_window)
     others = [ms for step, ms in steps.items() if step >= 5 and step not in recorded
               and not (window and window[0] <= step <= window[1])]
@@ -57,6 +58,7 @@ def test_plain_run_names_the_leaking_line(tmp_path: Path) -> None:
         "finding": leak, "leak_sites": sites, "profile_window": window,
         "step_ms_history_on": {step: steps[step] for step in sorted(recorded) if step in steps},
         "step_ms_median_other_steady": statistics.median(others) if others else None,
+        "stats": payload.get("stats"),
     })
     assert leak, payload["findings"]
     assert sites is not None, "no leak-sites-rank0.json: the history was never turned on"
@@ -67,3 +69,7 @@ def test_plain_run_names_the_leaking_line(tmp_path: Path) -> None:
     assert "remember" in leak[0]["title"]
     # the history (on from the boundary before step_from) stayed out of the profiler window
     assert window and sites["step_to"] < window[0] - 1, (sites, window)
+    # the steps that ran with it are named in the record and left out of the steady figures
+    assert tuple(history) == (sites["step_from"], sites["step_to"]), sites
+    (stats,) = payload["stats"]
+    assert stats["history_steps"] == sorted(recorded), stats
