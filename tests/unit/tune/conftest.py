@@ -7,7 +7,8 @@ coin toss)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -16,6 +17,22 @@ from gpudoctor.tune import session
 
 START_BATCH = 16  # tiny_target's configured batch
 PER_SAMPLE = 100.0  # samples/s per sample of batch: throughput grows with the batch, so the search moves up
+
+
+@pytest.fixture(autouse=True)
+def _collect_only_what_the_test_made() -> Iterator[None]:
+    """Every in-process trial ends with ``gc.collect()`` (``core/memory.py``: a failed step's frames
+    hold its activations until collected). In this process that full collection walks every object
+    pytest and the suite's imports made, ~0.3 s a trial here and more late in a full run: most of a
+    tune test's time. ``gc.freeze()`` moves what existed before the test to the permanent generation,
+    so each collection walks what the test (its trials, their tracebacks) made: the same objects are
+    collected. ``gc.unfreeze()`` hands the rest (garbage from before the test included) back to the
+    collector after the test."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @pytest.fixture
