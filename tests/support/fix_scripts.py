@@ -4,6 +4,17 @@
 # does not blur it) and the step computes for about as long; in a worker process the loading
 # overlaps the step. 512 samples: 128 steps, far more than the runs measure (--steps 12 or 24)
 # and no epoch end among them; the fixed script, run to its end, takes about 2 s (4096 took 16).
+# Both loader-bound scripts below read this dataset (each is a file of its own).
+SLOW_DATASET = '''\
+class Slow(Dataset):
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.randn(8), torch.randn(1)
+'''
+
 LOADER_BOUND = '''\
 import sys
 import time
@@ -12,14 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 
-class Slow(Dataset):
-    def __len__(self):
-        return 512
-
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.randn(8), torch.randn(1)
-
+''' + SLOW_DATASET + '''
 
 def main():
     torch.manual_seed(0)
@@ -79,14 +83,7 @@ from torch.utils.data import Dataset
 from slowpkg.fitter import Fitter
 
 
-class Slow(Dataset):
-    def __len__(self):
-        return 512
-
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.randn(8), torch.randn(1)
-
+''' + SLOW_DATASET + '''
 
 if __name__ == "__main__":
     torch.manual_seed(0)

@@ -21,6 +21,20 @@ MAX_SITES = 5
 _SKIP = ("/torch/", "\\torch\\", "/gpudoctor/", "\\gpudoctor\\", "<frozen ", "??")
 
 
+# The leak finding's fix: what usually keeps tensors alive, then how to find the holder. Once
+# allocation history has named the sites, the fix points at the top one and drops the second part.
+LEAK_HOLDERS = (
+    "# something keeps tensors (and their autograd graph) alive across steps:\n"
+    "total_loss += loss.item()            # or loss.detach(), not the graph-carrying loss\n"
+    "history.append(logits.detach())      # .detach().cpu() if kept for long"
+)
+LEAK_FIND = (
+    "# find the holder: gpudoctor memory run -- <your command>   (names the lines whose live\n"
+    "# bytes grow), or torch.cuda.memory._record_memory_history(), then\n"
+    "# torch.cuda.memory._dump_snapshot(\"leak.pickle\") and open it in pytorch.org/memory_viz"
+)
+
+
 def user_site(frames: Iterable[str]) -> str:
     """The first frame outside torch and gpudoctor (``"train.py:42 train"``), else the first."""
     frames = tuple(frames)
@@ -75,14 +89,7 @@ def name_leak_sites(findings: list[Finding], sites: LeakSites | None, code: str)
                 f, title=f"{f.title}; the most grows at {top}",
                 evidence=(*f.evidence, "allocation sites that grew (allocation history, no OOM needed):",
                           *evidence_lines(sites)),
-                fix=_fix_at(f.fix, top))
+                fix="\n".join((f"# the tensors kept each step are allocated at {top}: look at what holds them",
+                                LEAK_HOLDERS)))
         out.append(f)
     return out
-
-
-def _fix_at(fix: str, top: str) -> str:
-    """The leak fix pointed at the line the history named: the generic ways to find the holder
-    (``memory run``, a snapshot) are left out, since the sites are already found."""
-    kept = [line for line in fix.splitlines()
-            if not line.startswith(("# find the holder", "# bytes grow)", "# torch.cuda.memory._dump"))]
-    return "\n".join([f"# the tensors kept each step are allocated at {top}: look at what holds them", *kept])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts
+from gpudoctor.analysis.memory_leak_sites import LEAK_FIND, LEAK_HOLDERS
 from gpudoctor.analysis.prescription import pct, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
@@ -59,14 +60,7 @@ def _leak(facts: RunFacts, rf: RankFacts, th: Thresholds) -> list[Finding]:
         code=CODE_LEAK, severity=severity,
         title=f"Memory leak: allocated memory grows {human_bytes(fit.slope)} every step",
         evidence=tuple(evidence),
-        fix=(
-            "# something keeps tensors (and their autograd graph) alive across steps:\n"
-            "total_loss += loss.item()            # or loss.detach(), not the graph-carrying loss\n"
-            "history.append(logits.detach())      # .detach().cpu() if kept for long\n"
-            "# find the holder: gpudoctor memory run -- <your command>   (names the lines whose live\n"
-            "# bytes grow), or torch.cuda.memory._record_memory_history(), then\n"
-            "# torch.cuda.memory._dump_snapshot(\"leak.pickle\") and open it in pytorch.org/memory_viz"
-        ),
+        fix=f"{LEAK_HOLDERS}\n{LEAK_FIND}",
         expected_gain=None,
     )]
 
