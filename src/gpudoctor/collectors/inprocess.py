@@ -4,7 +4,9 @@
 script that calls ``gpudoctor.watch`` or every rank torchrun starts cannot be re-launched that
 way. :class:`InProcessProbes` installs the same wrappers (:mod:`~gpudoctor.collectors.instrument.patches`),
 the same optimizer-step hooks and the same profiler window here, writes the same run directory
-(manifest, ``config-``/``steps-``/``window-rank{N}``, ``gpu.jsonl``, ``host.jsonl``), and after
+(manifest, ``config-``/``steps-``/``window-rank{N}``, ``gpu.jsonl``, ``host.jsonl``, and
+``leak-sites-rank{N}.json`` when run's online leak check,
+:mod:`~gpudoctor.collectors.instrument.leak_probe`, sees the allocated bytes climb), and after
 ``steps`` optimizer steps writes everything and restores every patched attribute, without
 stopping the loop: the script goes on at full speed, unobserved.
 
@@ -231,7 +233,7 @@ class InProcessProbes:
     def _install(self, window: tuple[int, int] | None) -> None:
         import torch.optim.optimizer as optim_mod
 
-        from gpudoctor.collectors.instrument import patches
+        from gpudoctor.collectors.instrument import leak_probe, patches
         from gpudoctor.collectors.instrument.state import S
 
         S.adopt()  # a fresh state (a notebook may watch several times in one kernel)
@@ -256,6 +258,9 @@ class InProcessProbes:
         finally:
             self._snapshot.keep_changes()
         S.installed = True
+        # run's online leak check, with the watch's end as the limit: a leak showing at the
+        # boundaries records allocation history for a few steps and names its sites
+        leak_probe.arm(window, self.spec.steps)
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._post_hook))
         if window is not None:
             handle = optim_mod.register_optimizer_step_pre_hook(self._prewarm_hook)
@@ -286,11 +291,12 @@ class InProcessProbes:
         """Write everything gathered, take the patches out, stop the samplers (idempotent)."""
         if self.ended:  # also: delegated to gpudoctor run
             return
-        from gpudoctor.collectors.instrument import ending
+        from gpudoctor.collectors.instrument import ending, leak_probe
         from gpudoctor.collectors.instrument.state import S
 
         self.ended, self.active = True, False
         try:
+            leak_probe.disarm()  # a leak's history still recording (the block ended first) stops
             ending.finish(status)
         finally:
             if self._snapshot is not None:

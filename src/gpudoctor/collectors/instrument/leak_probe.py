@@ -7,15 +7,18 @@ once at the first step after the probed ones (the base), then every :data:`EVERY
 the last step of ``--steps``, each time rewriting ``leak-sites-rank{N}.json`` with the sites that
 grew since the base (:mod:`gpudoctor.analysis.memory_leak_sites`).
 
-Plain ``gpudoctor run`` (CUDA only): no history is recorded, but :func:`watch` sees the
-allocated bytes the step boundary already read. When they grew by at least the leak rule's
+Plain ``gpudoctor run`` and ``gpudoctor.watch`` (CUDA only): no history is recorded, but
+:func:`watch` sees the allocated bytes the step boundary already read (``run``'s probes arm it in
+:func:`gpudoctor.collectors.instrument.probes.install`, the watch's in
+:class:`gpudoctor.collectors.inprocess.InProcessProbes`, with the end of its ``steps`` as the limit). When they grew by at least the leak rule's
 ``leak_min_bytes_per_step`` on each of the last :attr:`LeakWatch.grow_steps` steps past warm-up,
 it turns history on for a few steps (never inside the profiler window, never past ``--steps``,
 once per process), takes the base snapshot one step later (so the step's own allocations carry
 stacks in both snapshots), the second :attr:`LeakWatch.record_steps` steps after it, stops the
 history and writes the same ``leak-sites-rank{N}.json``: the leak finding of ``run``,
 ``diagnose`` and ``report`` then names the sites. An ``atexit`` handler stops the history if the
-script dies in between.
+script dies in between; the watch's end (its block ended or raised first) does the same through
+:func:`disarm`.
 
 History turned on at boundary ``b`` (the end of step ``b``) and off at the boundary of the second
 snapshot ``b + 1 + record_steps``: steps ``b + 1`` to ``b + 1 + record_steps`` ran with it (5
@@ -112,10 +115,14 @@ class LeakWatch:
 
 
 class _Watch:
-    """Per-process state of the online check (``run`` only; memory mode has its own history)."""
+    """State of the online check, per process under ``run``, per observation under
+    ``gpudoctor.watch`` (memory mode has its own history)."""
 
     def __init__(self) -> None:
-        self.armed = False  # watch the boundaries (run mode); off for good once done
+        self.reset()
+
+    def reset(self) -> None:
+        self.armed = False  # watch the boundaries; off for good once done
         self.high = -1  # the most allocated bytes after any boundary so far
         self.streak = 0  # consecutive qualifying growths
         self.started = -1  # the boundary at which history was turned on
@@ -134,9 +141,15 @@ W = _Watch()
 
 
 def arm(window: tuple[int, int] | None, limit: int | None, config: LeakWatch | None = None) -> None:
-    """Turn the online check on for this process (``probes.install``, run mode only)."""
+    """Turn the online check on, afresh (``probes.install`` in run mode; each ``gpudoctor.watch``:
+    a notebook may watch several times in one process, each watch may record once).
+
+    ``window``: the profiler window's (first, last) step; ``limit``: the steps observed
+    (``--steps``, the watch's ``steps``), ``None`` to the end.
+    """
     from gpudoctor.analysis.thresholds import Thresholds
 
+    W.reset()
     th = Thresholds()
     W.warmup, W.min_growth = th.warmup_steps, th.leak_min_bytes_per_step
     W.config, W.window, W.limit, W.armed = config or LeakWatch(), window, limit, True
@@ -200,7 +213,7 @@ def _start(step: int) -> None:
         if not _history_on():  # a script recording its own history keeps it, on
             _set_history(True)
             W.ours = True
-            atexit.register(_stop_at_exit)
+            atexit.register(stop_at_end)
     except Exception as exc:  # noqa: BLE001 - a diagnosis aid must never stop training
         _give_up(exc)
 
@@ -228,8 +241,16 @@ def _give_up(exc: Exception, last: int | None = None) -> None:
     stop_run_history(last)
 
 
-def _stop_at_exit() -> None:
+def stop_at_end() -> None:
+    """The script ends (``atexit``) or the watch does: stop a recording still in progress."""
     stop_run_history(S.step - 1)  # S.step: the step in progress, which writes no record
+
+
+def disarm() -> None:
+    """The end of a ``gpudoctor.watch`` (the loop goes on): the check stops, a recording still in
+    progress (the block ended or raised first) stops as at exit, and the exit handler goes."""
+    stop_at_end()
+    atexit.unregister(stop_at_end)
 
 
 def stop_run_history(last: int | None = None) -> None:
