@@ -14,7 +14,10 @@
 The same probes and profiler window ``gpudoctor run`` puts into a child process go into this one
 (:mod:`gpudoctor.collectors.inprocess`); after ``steps`` optimizer steps (or at the end of the
 ``with`` block, whichever comes first) everything is written and the probes come out again,
-while the loop goes on. Under torchrun every rank calls it; each writes its own rank's files into
+while the loop goes on. On CUDA, ``run``'s online leak check comes along
+(:mod:`~gpudoctor.collectors.instrument.leak_probe`): a leak's allocation sites are recorded for a
+few steps and named in the leak finding, those steps left out of the steady figures. Under
+torchrun every rank calls it; each writes its own rank's files into
 one directory (``gpudoctor-runs/watch-<run id>``).
 """
 

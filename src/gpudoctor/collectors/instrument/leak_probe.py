@@ -8,17 +8,17 @@ the last step of ``--steps``, each time rewriting ``leak-sites-rank{N}.json`` wi
 grew since the base (:mod:`gpudoctor.analysis.memory_leak_sites`).
 
 Plain ``gpudoctor run`` and ``gpudoctor.watch`` (CUDA only): no history is recorded, but
-:func:`watch` sees the allocated bytes the step boundary already read (``run``'s probes arm it in
-:func:`gpudoctor.collectors.instrument.probes.install`, the watch's in
-:class:`gpudoctor.collectors.inprocess.InProcessProbes`, with the end of its ``steps`` as the limit). When they grew by at least the leak rule's
-``leak_min_bytes_per_step`` on each of the last :attr:`LeakWatch.grow_steps` steps past warm-up,
-it turns history on for a few steps (never inside the profiler window, never past ``--steps``,
-once per process), takes the base snapshot one step later (so the step's own allocations carry
-stacks in both snapshots), the second :attr:`LeakWatch.record_steps` steps after it, stops the
-history and writes the same ``leak-sites-rank{N}.json``: the leak finding of ``run``,
-``diagnose`` and ``report`` then names the sites. An ``atexit`` handler stops the history if the
-script dies in between; the watch's end (its block ended or raised first) does the same through
-:func:`disarm`.
+:func:`watch` sees the allocated bytes the step boundary already read (armed by ``run``'s
+:func:`~gpudoctor.collectors.instrument.probes.install`, and by the watch's
+:class:`~gpudoctor.collectors.inprocess.InProcessProbes` with its ``steps`` as the limit). When
+they grew by at least the leak rule's ``leak_min_bytes_per_step`` on each of the last
+:attr:`LeakWatch.grow_steps` steps past warm-up, it turns history on for a few steps (never
+inside the profiler window, never past ``--steps``, once per process or watch), takes the base
+snapshot one step later (so the step's own allocations carry stacks in both snapshots), the
+second :attr:`LeakWatch.record_steps` steps after it, stops the history and writes the same
+``leak-sites-rank{N}.json``: the leak finding of ``run``, ``watch``, ``diagnose`` and ``report``
+then names the sites. An ``atexit`` handler stops the history if the script dies in between;
+the watch's end (its block ended or raised first) does the same through :func:`disarm`.
 
 History turned on at boundary ``b`` (the end of step ``b``) and off at the boundary of the second
 snapshot ``b + 1 + record_steps``: steps ``b + 1`` to ``b + 1 + record_steps`` ran with it (5
