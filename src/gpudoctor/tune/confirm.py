@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict
+from gpudoctor.tune.loader import KEEPS_UP
 from gpudoctor.tune.noise import compare, too_noisy
 from gpudoctor.tune.plan import CONFIRM_ROUNDS, Plan, make_plan
 from gpudoctor.tune.session import TuneContext, measured
@@ -47,9 +48,18 @@ def reference(ctx: TuneContext, order: list[str]) -> tuple[KnobResult, Plan]:
                      f"assumes {step_s * 1e3:.0f} ms a step")
     ctx.steps = min(_MAX_STEPS, max(opts.steps, math.ceil(opts.window_s / step_s)))
     ctx.reference_rate = trial.samples_per_s if trial.verdict is TrialVerdict.OK else None
+    trials, loader_bound = (trial,), False
+    if "loader" in order and ctx.reference_rate:
+        fed = _fed(ctx, ctx.reference_rate)
+        trials += (fed,)
+        if fed.verdict is TrialVerdict.OK and fed.samples_per_s < KEEPS_UP * ctx.reference_rate:
+            loader_bound = True
+            notes.append(f"the starting loader feeds {fed.samples_per_s:,.0f} samples/s, the GPU takes "
+                         f"{ctx.reference_rate:,.0f} with the data on the device: the loader stage is kept first "
+                         "in the plan (no other stage's gain reaches training past it)")
     plan = make_plan(order, opts.budget_s, step_s=step_s, setup_s=setup_s, warmup=opts.warmup, steps=ctx.steps,
                      repeats=opts.repeats, cuda=ctx.cuda, world_size=ctx.world_size,
-                     compile_trial=opts.compile, spent_s=ctx.elapsed())
+                     compile_trial=opts.compile, spent_s=ctx.elapsed(), loader_bound=loader_bound)
     plan = ctx.agree(plan)
     ctx.reserve_s = plan.confirm_s
     ctx.compile_cut = plan.compile_cut
@@ -58,7 +68,17 @@ def reference(ctx: TuneContext, order: list[str]) -> tuple[KnobResult, Plan]:
     summary = (f"{trial.samples_per_s:,.0f} samples/s at batch {ctx.batch_size}, {step_s * 1e3:.1f} ms a step, "
                f"{setup_s:.1f} s set-up per trial" if trial.verdict is TrialVerdict.OK
                else "the starting configuration failed")
-    return KnobResult(knob="plan", trials=(trial,), summary=summary, notes=(*notes, *plan.lines())), plan
+    return KnobResult(knob="plan", trials=trials, summary=summary, notes=(*notes, *plan.lines())), plan
+
+
+def _fed(ctx: TuneContext, device_rate: float) -> Trial:
+    """The starting configuration fed by its own loader (real DataLoader), over the confirmation's
+    window of the GPU's work, past the workers' start and the queues filling."""
+    batch = _batch(ctx, ctx.config)
+    per_epoch = max(1, len(ctx.target.train_dataset) // ctx.world_size // batch)
+    steps = max(4, min(per_epoch, math.ceil(CONFIRM_WINDOWS * ctx.options.window_s * device_rate / batch)))
+    return ctx.run(ctx.spec("plan", "starting loader (real DataLoader)", {}, mode="loader", batch_size=batch,
+                            warmup=ctx.options.warmup + 2, steps=steps))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 # What a stage needs, in trials. Each figure is a count of trials the stage's code starts, with
 # the reason it is that many.
@@ -35,6 +36,10 @@ COMPILE_S = 60.0  # torch.compile of a ResNet-50/GPT-2-sized model on first call
 SLACK = 1.5  # a stage may run this much past what it was given before it is stopped
 
 VALUE_ORDER = ("precision", "batch", "loader", "scaler", "ddp")
+# When the starting loader cannot feed the GPU, no other stage's gain reaches the training run
+# (ResNet-50 on an H200, issue 17: fp16 measured 1.16x bf16 with the data on the device, 0.99x
+# through the loader): the loader stage is kept first.
+LOADER_BOUND_ORDER = ("loader", "precision", "batch", "scaler", "ddp")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,12 +55,16 @@ class Stage:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
-    """Every stage in run order, the confirmation's reservation, and whether compile was cut."""
+    """Every stage in run order, the confirmation's reservation, and whether compile was cut;
+    ``value_order`` keeps stages when the budget is short; ``sizing`` is what sized the stages
+    (step time, set-up, steps), for :func:`replan`."""
 
     stages: tuple[Stage, ...]
     confirm_s: float
     budget_s: float | None
     compile_cut: bool = False
+    value_order: tuple[str, ...] = VALUE_ORDER
+    sizing: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.name == name), None)
@@ -107,30 +116,16 @@ def confirm_need(setup_s: float) -> float:
     return 2 * CONFIRM_ROUNDS * (setup_s + CONFIRM_TRIAL_S + 2.0)  # +2 s: the loader's workers start
 
 
-def make_plan(knobs: Sequence[str], budget_s: float | None, *, step_s: float, setup_s: float, warmup: int,
-              steps: int, repeats: int, cuda: bool, world_size: int = 1, compile_trial: bool = True,
-              spent_s: float = 0.0) -> Plan:
-    """Fit the stages into ``budget_s`` (``spent_s`` already used by the reference trial)."""
-    kw = dict(step_s=step_s, setup_s=setup_s, warmup=warmup, steps=steps, repeats=repeats, cuda=cuda,
-              world_size=world_size)
-    needs = stage_needs(knobs, compile_trial=compile_trial, **kw)
-    confirm_s = confirm_need(setup_s)
-    if budget_s is None:
-        stages = tuple(Stage(name=k, trials=needs[k][0], need_s=needs[k][1], given_s=math.inf) for k in knobs)
-        return Plan(stages=stages, confirm_s=confirm_s, budget_s=None)
-    left = budget_s - spent_s - confirm_s
+def _fit(knobs: Sequence[str], needs: dict[str, tuple[int, float]], left: float,
+         value_order: Sequence[str] = VALUE_ORDER) -> tuple[Stage, ...]:
+    """Keep the stages in order of value while ``left`` seconds hold them; share what is spare
+    among the kept ones in proportion to their need; the rest are cut, with what they had."""
     kept: dict[str, float] = {}
     cut: dict[str, str] = {}
-    compile_cut = False
-    for name in VALUE_ORDER:
+    for name in value_order:
         if name not in needs:
             continue
         need = needs[name][1]
-        if name == "precision" and need > left and compile_trial and cuda:
-            lighter = stage_needs(["precision"], compile_trial=False, **kw)["precision"][1]
-            if lighter <= left:
-                needs[name] = stage_needs(["precision"], compile_trial=False, **kw)["precision"]
-                need, compile_cut = lighter, True
         if need <= left:
             kept[name] = need
             left -= need
@@ -146,4 +141,53 @@ def make_plan(knobs: Sequence[str], budget_s: float | None, *, step_s: float, se
         else:
             share = spare * (need / total) if total > 0 else 0.0
             stages.append(Stage(name=name, trials=trials, need_s=need, given_s=need + share))
-    return Plan(stages=tuple(stages), confirm_s=confirm_s, budget_s=budget_s, compile_cut=compile_cut)
+    return tuple(stages)
+
+
+def replan(plan: Plan, remaining: Sequence[str], elapsed_s: float, *, setup_s: float | None = None) -> Plan:
+    """The plan again before a later stage, over the stages not yet run: the seconds actually left
+    (budget minus ``elapsed_s``, minus the confirmation's reservation) and, when given, the set-up
+    time the trials so far measured (the reference trial's includes one-time costs: CUDA context,
+    the first cuDNN autotuning) re-size the remaining stages and the confirmation. A stage that
+    finished early gives its time to the later ones; a stage cut at the start runs when the time it
+    needs is now there. Stages already run keep their entries."""
+    if plan.budget_s is None:
+        return plan
+    needs = {s.name: (s.trials, s.need_s) for s in plan.stages if s.name in remaining}
+    confirm_s = plan.confirm_s
+    if setup_s is not None and plan.sizing:
+        sizing = {**plan.sizing, "setup_s": setup_s}
+        compile_trial = sizing.pop("compile_trial", False)
+        needs = stage_needs(list(needs), compile_trial=compile_trial and not plan.compile_cut, **sizing)
+        confirm_s = confirm_need(setup_s)
+    left = plan.budget_s - elapsed_s - confirm_s
+    fresh = {s.name: s for s in _fit([n for n in remaining if n in needs], needs, left, plan.value_order)}
+    stages = tuple(fresh.get(s.name, s) for s in plan.stages)
+    return dataclasses.replace(plan, stages=stages, confirm_s=confirm_s)
+
+
+def make_plan(knobs: Sequence[str], budget_s: float | None, *, step_s: float, setup_s: float, warmup: int,
+              steps: int, repeats: int, cuda: bool, world_size: int = 1, compile_trial: bool = True,
+              spent_s: float = 0.0, loader_bound: bool = False) -> Plan:
+    """Fit the stages into ``budget_s`` (``spent_s`` already used by the reference trial); with
+    ``loader_bound`` (the starting loader cannot feed the GPU) the loader stage is kept first."""
+    kw = dict(step_s=step_s, setup_s=setup_s, warmup=warmup, steps=steps, repeats=repeats, cuda=cuda,
+              world_size=world_size)
+    order = LOADER_BOUND_ORDER if loader_bound else VALUE_ORDER
+    sizing = {**kw, "compile_trial": compile_trial}
+    needs = stage_needs(knobs, compile_trial=compile_trial, **kw)
+    confirm_s = confirm_need(setup_s)
+    if budget_s is None:
+        stages = tuple(Stage(name=k, trials=needs[k][0], need_s=needs[k][1], given_s=math.inf) for k in knobs)
+        return Plan(stages=stages, confirm_s=confirm_s, budget_s=None, value_order=order, sizing=sizing)
+    left = budget_s - spent_s - confirm_s
+    compile_cut = False
+    precision = needs.get("precision")
+    before = sum(needs[n][1] for n in order[:order.index("precision")] if n in needs)
+    if precision and compile_trial and cuda and precision[1] > left - before:
+        lighter = stage_needs(["precision"], compile_trial=False, **kw)["precision"]
+        if lighter[1] <= left - before:
+            needs["precision"], compile_cut = lighter, True
+    stages = _fit(knobs, needs, left, order)
+    return Plan(stages=stages, confirm_s=confirm_s, budget_s=budget_s, compile_cut=compile_cut, value_order=order,
+                sizing=sizing)

@@ -109,3 +109,53 @@ def test_stage_cut_by_the_plan_is_named_with_its_need(monkeypatch: pytest.Monkey
     loader = next(k for k in result.knobs if k.knob == "loader")
     assert loader.summary.startswith("cut by the budget plan") and "needs ~" in loader.summary
     assert any(line.startswith("loader: cut") for line in result.plan)
+
+
+def test_a_stage_cut_at_the_start_runs_when_earlier_stages_leave_it_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 17 on an H200: the plan sized every trial from the reference trial's 14.5 s set-up (CUDA
+    # context, first cuDNN autotuning), cut batch and loader, and precision then finished in 101 of its
+    # 286 s: the 175 s left went unused. Here the first plan cuts the loader; the plan made again before
+    # the loader stage (time actually left, set-up the trials measured) runs it.
+    from gpudoctor.tune import confirm
+
+    real = confirm.make_plan
+
+    def pessimistic(*args, **kwargs):
+        first = real(*args, **kwargs)
+        return dataclasses.replace(first, stages=tuple(
+            dataclasses.replace(s, cut="the budget had 0 s left for it", given_s=0.0) if s.name == "loader" else s
+            for s in first.stages))
+
+    monkeypatch.setattr(confirm, "make_plan", pessimistic)
+    said: list[str] = []
+    result = tune(["batch", "loader"], target_ref=REF, options=dataclasses.replace(FAST, budget_s=600.0), out=None,
+                  on_say=said.append)
+    assert any(line.startswith("plan: loader: cut") for line in said)  # the first plan cut it
+    assert any(line.startswith("plan: loader: runs after all") for line in said), said
+    loader = next(k for k in result.knobs if k.knob == "loader")
+    assert not loader.summary.startswith("cut") and any(t.knob == "loader" for t in loader.trials)
+
+
+def test_a_loader_that_cannot_feed_the_gpu_is_kept_first_in_the_plan(monkeypatch: pytest.MonkeyPatch,
+                                                                       fake_rates: Callable[..., list]) -> None:
+    fake_rates()
+    faked = session.TrialRunner.run
+
+    def starved(self, spec):  # the starting loader delivers half of what the GPU takes
+        trial = faked(self, spec)
+        if spec.knob == "plan" and spec.mode == "loader" and trial.samples_per_s:
+            return dataclasses.replace(trial, samples_per_s=trial.samples_per_s / 2)
+        return trial
+
+    monkeypatch.setattr(session.TrialRunner, "run", starved)
+    result = tune(["batch", "loader"], target_ref=REF, options=FAST, out=None)
+    plan = result.knobs[0]
+    assert [t.setting for t in plan.trials] == ["starting configuration (data on the device)",
+                                                "starting loader (real DataLoader)"]
+    assert any("loader stage is kept first" in n and "feeds 800 samples/s" in n for n in plan.notes), plan.notes
+
+
+def test_a_loader_that_keeps_up_leaves_the_plan_order_alone(fake_rates: Callable[..., list]) -> None:
+    fake_rates()
+    result = tune(["batch", "loader"], target_ref=REF, options=FAST, out=None)
+    assert not any("kept first" in n for n in result.knobs[0].notes)

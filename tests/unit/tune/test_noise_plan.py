@@ -71,3 +71,30 @@ def test_too_noisy_names_the_band_and_what_to_do_only_beyond_the_threshold() -> 
     words = too_noisy(12.77)  # what a busy shared 2-core box measured
     assert "too noisy to confirm" in words and "+-1277%" in words
     assert "nothing else is using its CPUs and GPU" in words and "--window-s" in words
+
+
+def _three(budget_s: float, **kw) -> "plan.Plan":
+    return plan.make_plan(["precision", "batch", "loader"], budget_s, step_s=0.03, setup_s=14.5, warmup=5, steps=34,
+                          repeats=2, cuda=True, compile_trial=False, spent_s=15.0, **kw)
+
+
+def test_replan_gives_the_time_an_early_stage_left_to_a_cut_one() -> None:
+    first = _three(420.0)
+    assert first.stage("loader").cut and not first.stage("precision").cut  # sized from a 14.5 s set-up
+    # precision finished in 101 s (issue 17, ResNet-50 on an H200), its trials took ~3 s of set-up each
+    again = plan.replan(first, ["batch", "loader"], elapsed_s=130.0, setup_s=3.0)
+    assert not again.stage("batch").cut and not again.stage("loader").cut, again.lines()
+    assert again.stage("precision") == first.stage("precision")  # a stage already run keeps its entry
+    assert again.confirm_s < first.confirm_s  # the confirmation re-sized from the measured set-up
+    # no time freed: what did not fit still does not
+    assert plan.replan(first, ["batch", "loader"], elapsed_s=400.0).stage("loader").cut
+
+
+def test_a_loader_bound_plan_keeps_the_loader_before_the_other_stages() -> None:
+    need = {s.name: s.need_s for s in _three(None).stages}
+    assert need["batch"] > need["loader"] and need["precision"] > need["batch"]
+    budget = 15.0 + plan.confirm_need(14.5) + need["batch"] + 1.0  # room for one stage: batch or loader
+    bound, free = _three(budget, loader_bound=True), _three(budget)
+    assert not bound.stage("loader").cut and bound.stage("precision").cut and bound.stage("batch").cut
+    assert free.stage("loader").cut and not free.stage("batch").cut  # the usual order keeps batch
+    assert plan.replan(bound, ["batch", "loader"], elapsed_s=15.0).value_order == plan.LOADER_BOUND_ORDER
