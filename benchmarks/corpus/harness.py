@@ -78,9 +78,10 @@ def make_variant(work: Path, script: Script, variant: str, patch=None) -> Path:
 
 
 def command(script: Script, run_dir: Path, steps: int, cpu: bool,
-            first_step_timeout: float | None = None) -> list[str]:
+            first_step_timeout: float | None = None, stall_timeout: float | None = None) -> list[str]:
     args = script.cpu_args if cpu else script.args
     extra = ["--first-step-timeout", str(first_step_timeout)] if first_step_timeout else []
+    extra += ["--stall-timeout", str(stall_timeout)] if stall_timeout else []
     return [sys.executable, "-m", "gpudoctor", "run", "--steps", str(steps), "--out", str(run_dir),
             "--json", "--fail-on", "never", *extra, "--", sys.executable, script.script, *args]
 
@@ -102,7 +103,8 @@ def environment(script: Script, cwd: Path) -> dict[str, str]:
 
 
 def gpudoctor_run(script: Script, cwd: Path, run_dir: Path, *, steps: int, cpu: bool,
-                  timeout_s: float, log: Path, first_step_timeout: float | None = None) -> dict:
+                  timeout_s: float, log: Path, first_step_timeout: float | None = None,
+                  stall_timeout: float | None = None) -> dict:
     """``gpudoctor run --steps N --out RUN_DIR --json -- python SCRIPT ARGS`` from ``cwd``.
 
     Past ``timeout_s`` gpudoctor gets SIGINT (it stops the script and keeps the records), then
@@ -111,7 +113,7 @@ def gpudoctor_run(script: Script, cwd: Path, run_dir: Path, *, steps: int, cpu: 
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    cmd = command(script, run_dir, steps, cpu, first_step_timeout)
+    cmd = command(script, run_dir, steps, cpu, first_step_timeout, stall_timeout)
     t0 = time.perf_counter()
     timed_out = False
     with log.open("w") as out:

@@ -82,6 +82,12 @@ def speed_line(sp: Speed) -> str:
     return line
 
 
+# The batch line of the launch-bound prescription, named so that ``gpudoctor fix`` quotes it as
+# advice: a larger batch changes what the script computes (fewer optimizer steps an epoch, a
+# learning rate to rescale), so it is never patched; torch.compile is (the ``compile`` change).
+LAUNCH_BATCH = "loader = DataLoader(ds, batch_size=4 * B, ...)    # bigger batch (scale the LR with it)"
+
+
 def check_launch_bound(facts: RunFacts, th: Thresholds) -> list[Finding]:
     """Many tiny kernels with the GPU idle between them: the host cannot launch fast enough.
 
@@ -125,7 +131,7 @@ def _launch_bound(rf: RankFacts, th: Thresholds) -> list[Finding]:
         evidence.append(f"batch size {rf.stats.samples:.0f}")
     fix = [
         "# do the same work in fewer, longer kernels:",
-        "loader = DataLoader(ds, batch_size=4 * B, ...)    # bigger batch (scale the LR with it)",
+        LAUNCH_BATCH,
         "model = torch.compile(model)                      # fuses element-wise kernels",
         "# or capture the step as a CUDA graph: torch.compile(model, mode=\"reduce-overhead\")",
     ]
@@ -195,5 +201,5 @@ def _fp32_compute(rf: RankFacts, th: Thresholds) -> list[Finding]:
     )
 
 
-__all__ = ["CODE_FP32", "CODE_LAUNCH", "Speed", "check_fp32_compute", "check_launch_bound",
+__all__ = ["CODE_FP32", "CODE_LAUNCH", "LAUNCH_BATCH", "Speed", "check_fp32_compute", "check_launch_bound",
            "compute_dtype", "speed", "speed_line"]

@@ -14,7 +14,8 @@ GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader doe
 GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`` (knob_map.fp32_knobs)
 GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
-GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same)
+GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same); the larger
+                       batch of its prescription is text advice (it changes the optimisation)
 GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
                        -> ``losses.append(x.detach())``: read when printed, formatted)
 GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler where each epoch starts
@@ -33,6 +34,7 @@ import ast
 import dataclasses
 from dataclasses import dataclass, field
 
+from gpudoctor.analysis.compute_rules import CODE_LAUNCH, LAUNCH_BATCH
 from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
 from gpudoctor.analysis.prescription import ms
@@ -120,6 +122,8 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
                 plan.advice.append(Advice(code=finding.code, reason=f"{kind}: {reason}", fix=finding.fix))
         if finding.code == CODE_STALL:
             plan.advice += _epoch_work_advice(finding)
+        if finding.code == CODE_LAUNCH:
+            plan.advice.append(_batch_advice(finding))
     return _pair_non_blocking(found, plan)
 
 
@@ -136,6 +140,16 @@ def _epoch_work_advice(finding: Finding) -> list[Advice]:
         f"epoch_work: the script's own work at each epoch boundary (image dumps, checkpoints, evaluation) "
         f"took {ms(work)} an epoch{syncs}; changing when it runs changes what the script does, so that "
         "is yours to decide"), fix=epoch_work_fix(work))]
+
+
+def _batch_advice(finding: Finding) -> Advice:
+    """The launch-bound prescription's larger batch, as text: it does the same work in fewer, longer
+    kernels, but changes the optimisation (fewer steps an epoch, the learning rate to rescale, a
+    different gradient noise), so it is the user's decision and is never patched; ``compile`` is."""
+    return Advice(code=finding.code, reason=(
+        "batch: a larger batch changes what the script computes (fewer optimizer steps an epoch, "
+        "a learning rate to rescale): yours to decide, then measure it with gpudoctor run"),
+        fix=LAUNCH_BATCH)
 
 
 def _pair_non_blocking(found: Located, plan: Plan) -> Plan:

@@ -53,7 +53,7 @@ def test_trainer_class_golden_diff(golden) -> None:
     fixed, dropped = patch_all({"": source}, CLASS_SCRIPT, plan.changes)
     assert not dropped and [c.kind for c in plan.changes] == [
         "compile", "loader", "cudnn_benchmark", "tf32", "bf16"]
-    assert not plan.advice or all(a.code == "GD-RUN-FP32-COMPUTE" for a in plan.advice)
+    assert all(a.code == "GD-RUN-FP32-COMPUTE" or a.reason.startswith("batch: ") for a in plan.advice)
     ast.parse(fixed[""])
     assert "        self.net.compile()\n" in fixed[""] and fixed[""].count("# gpudoctor fix: GD-RUN-") >= 5
     golden("fix/class-trainer_class.diff", unified_diff(source, fixed[""], "trainer_class.py"))
@@ -79,7 +79,8 @@ def test_a_model_attribute_reassigned_outside_init_gets_text_advice() -> None:
         "    def fit(self, epochs):\n        if epochs > 3:\n            self.net = self.net.half()\n")
     plan = plan_fix(locate(source), findings("GD-RUN-LAUNCH-BOUND"), CONFIG)
     assert not plan.changes
-    assert [a.code for a in plan.advice] == ["GD-RUN-LAUNCH-BOUND"] and "self.net" in plan.advice[0].reason
+    assert [a.code for a in plan.advice] == ["GD-RUN-LAUNCH-BOUND"] * 2 and "self.net" in plan.advice[0].reason
+    assert plan.advice[1].reason.startswith("batch: ")
 
 
 def _project_diff(sources: dict[str, str], fixed: dict[str, str]) -> str:

@@ -73,7 +73,7 @@ def test_non_blocking_alone_where_the_loader_pins_already(golden) -> None:
 def test_lint_rewrites_ride_along_and_everything_together_compiles(golden) -> None:
     source = SCRIPT.read_text(encoding="utf-8")
     plan = changes_for(source, *sorted({c for c, _ in KINDS}))
-    assert not plan.advice
+    assert [(a.code, a.reason.split(":")[0]) for a in plan.advice] == [("GD-RUN-LAUNCH-BOUND", "batch")]
     from gpudoctor.fix.ops import Change
 
     lint = Change(kind="lint", code="GD204", why="lint --fix's safe rewrites", ops=())

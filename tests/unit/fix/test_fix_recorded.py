@@ -40,9 +40,26 @@ def test_recorded_findings_patch_their_workload(recording: str, golden) -> None:
     source = (WORKLOADS / f"{workload}.py").read_text(encoding="utf-8")
     plan = plan_fix(locate(source), list(diagnose(run)), config)
     fixed, kept, dropped = apply_located(source, plan.changes)
-    assert [c.kind for c in kept] == kinds and not dropped and not plan.advice
+    assert [c.kind for c in kept] == kinds and not dropped
+    # a launch-bound run: compile is patched, the larger batch is text (it changes the optimisation)
+    assert [a.reason.split(":")[0] for a in plan.advice] == (["batch"] if "compile" in kinds else [])
     ast.parse(fixed)
     if not kinds:
         assert fixed == source and not plan.advice
         return
     golden(f"fix/recorded-{recording}.diff", unified_diff(source, fixed, f"{workload}.py"))
+
+
+def test_launch_bound_recording_gets_compile_patched_and_the_larger_batch_as_text(golden) -> None:
+    # the recorded tiny_batch run (launch-bound): model.compile() is the patch; the prescription's
+    # larger batch changes the optimisation, so fix prints it and never writes it
+    from gpudoctor.fix.view import advice_lines
+
+    run = load_run(RUNS / "tiny_batch")
+    source = (WORKLOADS / "tiny_batch.py").read_text(encoding="utf-8")
+    plan = plan_fix(locate(source), list(diagnose(run)), run.configs[min(run.configs)])
+    fixed, kept, _ = apply_located(source, plan.changes)
+    assert [c.kind for c in kept] == ["compile"] and "batch_size=" not in unified_diff(source, fixed, "x")
+    (advice,) = plan.advice
+    assert advice.code == "GD-RUN-LAUNCH-BOUND" and "batch_size=4 * B" in advice.fix
+    golden("fix/advice-launch_bound.txt", "\n".join(advice_lines(plan.advice)) + "\n")

@@ -61,7 +61,8 @@ def test_the_dcgan_shape_gets_persistent_workers_and_the_epoch_work_as_advice(re
     assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)" in fixed
     golden("fix/persistent.diff", unified_diff(source, fixed, "epoch_stall.py"))
     # the image dump and the checkpoint: text, the measured ms quoted, never patched
-    (advice,) = plan.advice
+    advice, batch = plan.advice  # the launch-bound finding's larger batch: text, never patched
+    assert batch.code == "GD-RUN-LAUNCH-BOUND" and batch.reason.startswith("batch: ")
     assert advice.code == STALL and advice.reason.startswith("epoch_work: ")
     assert f"{data['epoch_work_ms']:.2f} ms an epoch" in advice.reason and "changes what the script does" in advice.reason
     assert f"({data['epoch_work_ms']:.2f} ms an epoch)" in advice.fix and "epoch % 10" in advice.fix
@@ -159,7 +160,8 @@ def test_pytorch_examples_dcgan_gets_a_patch_for_its_top_finding(recorded) -> No
     assert change.kind == "persistent" and kept == [change] and not dropped
     ast.parse(fixed)
     assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)" in fixed
-    assert [a.reason.split(":")[0] for a in plan.advice] == ["epoch_work"]  # the image dumps and checkpoints
+    # the image dumps and checkpoints; the launch-bound finding's larger batch
+    assert [a.reason.split(":")[0] for a in plan.advice] == ["epoch_work", "batch"]
 
 
 def test_workers_given_in_a_kwargs_dict_get_persistent_workers_merged_into_it(recorded) -> None:

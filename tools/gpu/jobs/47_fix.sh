@@ -12,6 +12,11 @@
 #     own against the original. Bar: faster by at least the hand fix's A/B gain minus its noise
 #     (corpus-ab-*.json). Budget: 560 s; fix_corpus.py starts no script past FIX_BUDGET_S (default
 #     420 s) and lists what it left ("not run"): run those with FIX_ONLY=name,name. Carry .corpus.
+#     FIX_REF=try: after each fix, `run --try` of its baseline's top testable finding (the loader
+#     knobs, compile, ...) on a fresh copy in the same call is the bar's reference, instead of the
+#     hand fix's A/B from another call (a data-bound baseline moves more between calls than its
+#     in-call noise; a launch-bound row's hand fix, a larger batch, is advice and never patched).
+#     About doubles each script's time.
 # Needs libcst (not in the device image): carry .whl with the wheels of libcst and its
 # dependencies for the device's python (pip download libcst pyyaml typing_inspect mypy_extensions
 # typing_extensions --only-binary=:all: --python-version 3.X -d .whl); they go to /tmp/site.
@@ -41,7 +46,7 @@ elif [ "$FIX_PART" = planted ]; then
 else
   step corpus "$PY" benchmarks/corpus/fix_corpus.py --corpus .corpus --out "$OUT" --work "${TMPDIR:-/tmp}/gpudoctor-fix" \
     --steps "${FIX_STEPS:-60}" --repeats "${FIX_REPEATS:-2}" --budget-s "${FIX_BUDGET_S:-420}" \
-    ${FIX_ONLY:+--only "$FIX_ONLY"} ${FIX_ARGS:-}
+    --reference "${FIX_REF:-hand}" ${FIX_ONLY:+--only "$FIX_ONLY"} ${FIX_ARGS:-}
 fi
 echo "=== summary"
 cat "$OUT/fix-bars.md" 2>/dev/null
