@@ -7,7 +7,8 @@ the previous ones chose), then confirms (:mod:`.confirm`): the tuned configurati
 starting one, interleaved and repeated, and is written only when it is faster beyond the noise.
 A stage that runs out of its budget keeps its starting values. Every setting is measured
 ``repeats`` times, interleaved with what it is compared against, and wins only beyond the noise
-(:mod:`.noise`). Ctrl-C ends the session at once, keeps the trials finished so far and writes
+(:mod:`.noise`). When the starting loader cannot feed the GPU the loader stage runs first (no other
+stage's gain reaches training past it); the plan is made again before each later stage. Ctrl-C ends the session at once, keeps the trials finished so far and writes
 nothing (the confirmation did not run). Under
 torchrun every rank runs the per-rank trials on its own GPU; the batch is agreed by an all-reduce
 MIN (the smallest GPU decides), the other knobs by rank 0's choice, so every rank writes and
@@ -335,6 +336,8 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
             on_knob("plan")
         ctx.flops_per_sample = _count_flops(target, runner) if ctx.cuda else None
         reference, plan = confirm.reference(ctx, order)
+        if plan.value_order[0] == "loader":  # loader-bound: tuned first, what it leaves goes to the rest
+            order = [name for name in plan.value_order if name in order]
         results.append(reference)
         for line in plan.lines():
             say(f"plan: {line}")

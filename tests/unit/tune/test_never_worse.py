@@ -111,13 +111,15 @@ def test_stage_cut_by_the_plan_is_named_with_its_need(monkeypatch: pytest.Monkey
     assert any(line.startswith("loader: cut") for line in result.plan)
 
 
-def test_a_stage_cut_at_the_start_runs_when_earlier_stages_leave_it_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_cut_at_the_start_runs_when_earlier_stages_leave_it_time(monkeypatch: pytest.MonkeyPatch,
+                                                                          fake_rates: Callable[..., list]) -> None:
     # issue 17 on an H200: the plan sized every trial from the reference trial's 14.5 s set-up (CUDA
     # context, first cuDNN autotuning), cut batch and loader, and precision then finished in 101 of its
     # 286 s: the 175 s left went unused. Here the first plan cuts the loader; the plan made again before
     # the loader stage (time actually left, set-up the trials measured) runs it.
     from gpudoctor.tune import confirm
 
+    fake_rates()  # known rates: the loader keeps up, so the usual order runs (batch, then loader)
     real = confirm.make_plan
 
     def pessimistic(*args, **kwargs):
@@ -153,9 +155,11 @@ def test_a_loader_that_cannot_feed_the_gpu_is_kept_first_in_the_plan(monkeypatch
     assert [t.setting for t in plan.trials] == ["starting configuration (data on the device)",
                                                 "starting loader (real DataLoader)"]
     assert any("loader stage is kept first" in n and "feeds 800 samples/s" in n for n in plan.notes), plan.notes
+    assert [k.knob for k in result.knobs[1:3]] == ["loader", "batch"]  # tuned first; the batch gets what is left
 
 
 def test_a_loader_that_keeps_up_leaves_the_plan_order_alone(fake_rates: Callable[..., list]) -> None:
     fake_rates()
     result = tune(["batch", "loader"], target_ref=REF, options=FAST, out=None)
     assert not any("kept first" in n for n in result.knobs[0].notes)
+    assert [k.knob for k in result.knobs[1:3]] == ["batch", "loader"]

@@ -6,10 +6,10 @@
 # 2. plain `gpudoctor run` (no memory mode) names a leak's allocation site, and the steps recorded
 #    with allocation history on are left out of the steady figures (test_run_leak_sites_gpu.py);
 # 3. the probes' host-side hot path (benchmarks/probe_hot_path.py --json);
-# 4. docs/examples/memory_run_modules.txt regenerated (memory run --modules on the same script).
+# 4. the --modules example regenerated (memory run --modules on the same script).
 # Outputs under $JOB_OUT: pytest-*.txt, run_leak_site.json, memory figures (save_figures),
 # probe_hot_path.json -> benchmarks/results/issue22/ (figures) and benchmarks/results/ (hot path);
-# memory_run_modules.txt -> docs/examples/.
+# memory_run_modules.txt -> benchmarks/results/issue22/.
 set -uo pipefail
 PY=${PYTHON:-python3}
 export COLUMNS=${COLUMNS:-110}
