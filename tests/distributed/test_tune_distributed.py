@@ -66,12 +66,13 @@ def test_ddp_knob_measures_buckets_and_hooks(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
-def test_ranks_agree_on_the_loaders_repeated_pairs() -> None:
+def test_ranks_agree_on_the_loaders_repeated_pairs(tmp_path: Path) -> None:
     """The loader knob under torchrun: each rank sweeps and measures its pairs on its own, every
     decision (the sweep's pick, the count it is checked against, each pair's winner) is rank 0's;
     a rank deciding on its own would run a different number of pairs and hang the collectives."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gpudoctor",
-           "tune", "loader", "--target", f"{TARGET}:loader_target", "--json", "--steps", "2", "--window-s", "0"]
+           "tune", "loader", "--target", f"{TARGET}:loader_target", "--json", "--steps", "2", "--window-s", "0",
+           "--out", str(tmp_path / "loader.toml")]  # never the default: a file in the working directory
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):])
