@@ -63,3 +63,29 @@ def test_ddp_knob_measures_buckets_and_hooks(tmp_path: Path) -> None:
         written = TrainConfig.from_file(out).parallel
         assert written.bucket_cap_mb == knob["params"]["parallel.bucket_cap_mb"]
         assert written.comm_hook == knob["params"]["parallel.comm_hook"]
+
+
+@pytest.mark.distributed
+def test_ranks_agree_on_the_loaders_repeated_pairs(tmp_path: Path) -> None:
+    """The loader knob under torchrun: each rank sweeps and measures its pairs on its own, every
+    decision (the sweep's pick, the count it is checked against, each pair's winner) is rank 0's;
+    a rank deciding on its own would run a different number of pairs and hang the collectives."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gpudoctor",
+           "tune", "loader", "--target", f"{TARGET}:loader_target", "--json", "--steps", "2", "--window-s", "0",
+           "--out", str(tmp_path / "loader.toml")]  # never the default: a file in the working directory
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    knob = next(k for k in result["knobs"] if k["knob"] == "loader")
+    assert knob["params"]["num_workers"] >= 1, knob["notes"]  # reading in the training process is slow
+    # the pick checked against the next cheaper count, then each switch: both arms twice, interleaved
+    against = [n.split(":")[0] for n in knob["notes"] if " against " in n]
+    assert len(against) == 3 and against[1:] == ["prefetch_factor 4 against 2",
+                                                 "forkserver workers against the default start method"], knob["notes"]
+    ends = ("(repeated)", "prefetch_factor=2", "prefetch_factor=4", "forkserver=off", "forkserver=on")
+    paired = [t for t in knob["trials"] if t["setting"].endswith(ends)]
+    assert len(paired) == 6, [t["setting"] for t in knob["trials"]]
+    # a forkserver worker may fail here (the dataset's class lives in a file loaded by path, which a
+    # fresh forkserver process cannot import): a failed arm stops repeating and is never kept
+    assert all(len(t["rates"]) == 2 and t["spread"] is not None for t in paired if t["verdict"] == "ok"), paired
+    assert sum(t["verdict"] == "ok" for t in paired) >= 5, paired

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         max_batch: int = typer.Option(None, "--max-batch", help="Never try a per-device batch above this."),
         margin: float = typer.Option(0.05, "--margin", help="Safety margin below the largest batch that fit."),
         budget_s: float = typer.Option(
-            420.0, "--budget-s", help="Time budget of the whole session, planned per stage from the measured step "
+            510.0, "--budget-s", help="Time budget of the whole session, planned per stage from the measured step "
             "time (0: no limit)."
         ),
         steps: int = typer.Option(10, "--steps", help="The fewest measured steps per trial (after the warm-up; more "
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
         \b
         Examples:
-          gpudoctor tune all --target train.py:make_target --budget-s 420
+          gpudoctor tune all --target train.py:make_target --budget-s 510
           gpudoctor tune loader --target mymodels:target --out tuned.toml
           gpudoctor tune all --script "python train.py --epochs 1"
         """

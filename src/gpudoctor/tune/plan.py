@@ -25,8 +25,14 @@ SWITCH_TRIALS = 3  # channels_last, cudnn.benchmark, compile: each against the w
 BATCH_PROBES = 8  # grow x2 from the start until the throughput flattens or memory runs out (~4), narrow (~4)
 BATCH_PROBE_SCALE = 4.0  # a probe's batch is on average ~4x the starting one: its steps cost ~4x
 BATCH_VERIFY = 2  # the picked batch and the starting batch, each `repeats` times
-LOADER_TRIALS = 8  # worker counts (~5), prefetch_factor, pin_memory, persistent workers
+LOADER_SWEEP = 5  # worker counts run once each, from the most this rank may use down to the first too slow (~5)
+# Each pair runs both arms `repeats` times, interleaved: the sweep's pick against the next cheaper
+# count, prefetch_factor 2/4, pin_memory off/on (CUDA only), the default start method/forkserver.
+# Single loader runs of one setting varied +-20% on an H200 (ResNet-50, CPU augmentation:
+# benchmarks/results/tune-bars-resnet50-h200-run2.json), so no pair is decided on one run each.
+LOADER_PAIRS = 4
 LOADER_TRIAL_S = 5.0  # a loader trial: ~3 s of the GPU's work plus worker start-up
+EPOCH_START_S = 2.0  # persistent_workers off/on, `repeats` times each: workers start, one batch (no model)
 SCALER_TRIALS = 3  # the probe, the default init_scale, the probe's choice
 SCALER_STEPS = 30
 DDP_TRIALS = 13  # 4 bucket sizes + 3 hook arms x 3 rounds
@@ -104,7 +110,8 @@ def stage_needs(knobs: Sequence[str], *, step_s: float, setup_s: float, warmup: 
             n = BATCH_PROBES + BATCH_VERIFY * repeats
             needs[name] = (n, BATCH_PROBES * probe + BATCH_VERIFY * repeats * full)
         elif name == "loader":
-            needs[name] = (LOADER_TRIALS, LOADER_TRIALS * (setup_s + LOADER_TRIAL_S))
+            runs = LOADER_SWEEP + 2 * repeats * (LOADER_PAIRS if cuda else LOADER_PAIRS - 1)
+            needs[name] = (runs, runs * (setup_s + LOADER_TRIAL_S) + 2 * repeats * EPOCH_START_S)
         elif name == "scaler":
             needs[name] = (SCALER_TRIALS, SCALER_TRIALS * trial_s(setup_s, step_s, SCALER_STEPS) if cuda else 0.0)
         elif name == "ddp":

@@ -37,12 +37,20 @@ def test_loader_knob_tries_forkserver_workers(monkeypatch: pytest.MonkeyPatch, f
     from gpudoctor.records.tune import TrialVerdict
     from gpudoctor.tune.session import TuneOptions, tune
 
+    import dataclasses
+
+    from gpudoctor.tune.target import load_target
+
     fake_rates(tuned_factor=2.0)
     monkeypatch.setattr(loader_knob, "worker_counts", lambda most: [1])  # one worker: a short sweep
-    result = tune(["loader"], target_ref=REF, options=TuneOptions(steps=2, warmup=1, window_s=0.0, budget_s=600.0),
-                  out=None)
+    target = load_target(REF)  # starting at 1 worker: the sweep's pick has no cheaper count to be checked against
+    target = dataclasses.replace(target, loader=target.loader.replace(num_workers=1))
+    result = tune(["loader"], target_ref=REF, target=target,
+                  options=TuneOptions(steps=2, warmup=1, window_s=0.0, budget_s=600.0), out=None)
     loader = next(k for k in result.knobs if k.knob == "loader")
     tried = [t for t in loader.trials if t.params.get("multiprocessing_context") == "forkserver"]
     assert tried and tried[0].verdict is TrialVerdict.OK, [(t.setting, t.reason) for t in loader.trials]
-    assert any(n.startswith("forkserver workers:") for n in loader.notes), loader.notes
+    assert all(t.verdict is TrialVerdict.OK and len(t.rates) == 2 for t in tried), [(t.setting, t.reason)
+                                                                                    for t in tried]
+    assert any(n.startswith("forkserver workers against") for n in loader.notes), loader.notes
     assert loader.params["multiprocessing_context"] is None  # no faster than fork: the default stays

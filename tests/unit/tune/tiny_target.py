@@ -65,3 +65,29 @@ def uneven_target() -> TuneTarget:
     return TuneTarget(model_factory=lambda: Limited(limit), optimizer_factory=base.optimizer_factory,
                       loss_fn=base.loss_fn, train_dataset=base.train_dataset, eval_dataset=base.eval_dataset,
                       config=base.config, loader=base.loader)
+
+
+class _SlowInTrainer(torch.utils.data.Dataset):
+    """``TensorDataset`` samples that take 1 ms each to read in the training process and none in a
+    DataLoader worker: the loader knob's sweep always picks workers, so every pair runs."""
+
+    def __init__(self, data: TensorDataset) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        import time
+
+        if torch.utils.data.get_worker_info() is None:
+            time.sleep(0.001)
+        return self.data[i]
+
+
+def loader_target() -> TuneTarget:
+    """Like ``target``, with a dataset that is slow to read in the training process (workers win)."""
+    base = target()
+    return TuneTarget(model_factory=base.model_factory, optimizer_factory=base.optimizer_factory,
+                      loss_fn=base.loss_fn, train_dataset=_SlowInTrainer(base.train_dataset),
+                      eval_dataset=base.eval_dataset, config=base.config, loader=base.loader)
