@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gpu import LEAK_TRAIN, save_figures
+from tests.support.gpu import LEAK_TRAIN, assert_leak_site_named, leak_site_figures, save_figures
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -28,7 +27,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-MIB = 1 << 20
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 # The user's own file (the site is named by its file and line): LEAK_TRAIN inside the watch, then
@@ -55,39 +53,17 @@ def test_watch_names_the_leaking_line(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     payload = json.loads((tmp_path / "watch.json").read_text(encoding="utf-8"))
     leak = [f for f in payload["findings"] if f["code"] == "GD-RUN-MEM-LEAK"]
-    sites_path = tmp_path / "rd" / "leak-sites-rank0.json"
-    sites = json.loads(sites_path.read_text())["data"] if sites_path.exists() else None
+    figures = leak_site_figures(tmp_path / "rd")
 
     from gpudoctor.analysis.run_stats import run_stats
     from gpudoctor.records.base import to_dict
     from gpudoctor.records.rundir import load_run
 
-    run = load_run(tmp_path / "rd")
-    steps = {s.step: s.step_ms for s in run.steps[0]}
-    history = sites.get("history_steps") if sites else None
-    recorded = set(range(history[0], history[1] + 1)) if history else set()
-    window = tuple(run.manifest.profile_window)
-    others = [ms for step, ms in steps.items() if step >= 5 and step not in recorded
-              and not (window and window[0] <= step <= window[1])]
-    (stats,) = run_stats(run)
+    (stats,) = run_stats(load_run(tmp_path / "rd"))
     save_figures("watch_leak_site.json", {
-        "status": payload["status"], "finding": leak, "leak_sites": sites, "profile_window": window,
-        "history_left_on": payload["history_left_on"],
-        "step_ms_history_on": {step: steps[step] for step in sorted(recorded) if step in steps},
-        "step_ms_median_other_steady": statistics.median(others) if others else None,
+        "status": payload["status"], "finding": leak, "history_left_on": payload["history_left_on"], **figures,
         "stats": to_dict(stats),
     })
     assert payload["status"] == "stopped", payload["status"]  # 40 steps watched, the loop went on
     assert payload["history_left_on"] is False
-    assert leak, payload["findings"]
-    assert sites is not None, "no leak-sites-rank0.json: the history was never turned on"
-    top = sites["sites"][0]
-    assert "train.py" in top["site"] and top["site"].endswith("remember"), sites
-    grew, span = top["bytes_to"] - top["bytes_from"], sites["step_to"] - sites["step_from"]
-    assert abs(grew / span - MIB) < 0.05 * MIB, (grew, span)  # 1 MiB per step, as planted
-    assert "remember" in leak[0]["title"]
-    # the history (on from the boundary before step_from) stayed out of the profiler window
-    assert window and sites["step_to"] < window[0] - 1, (sites, window)
-    # the steps that ran with it are named in the record and left out of the steady figures
-    assert tuple(history) == (sites["step_from"], sites["step_to"]), sites
-    assert list(stats.history_steps) == sorted(recorded), stats
+    assert_leak_site_named(leak, figures, list(stats.history_steps))
