@@ -44,8 +44,8 @@ def test_several_problems_ranked_by_gain(build):
 
 # A tuned run in many shapes: fast and slow steps, one or two ranks, the loss read every 20
 # steps, allocator noise, retries during warm-up only, well-overlapped DDP. None may warn.
-@pytest.mark.parametrize("step_ms,busy,ranks,wait_ms", itertools.product(
-    (4.0, 40.0, 400.0), (0.82, 0.97), (1, 2), (0.0, 0.05)))
+@pytest.mark.parametrize("step_ms,busy,ranks,wait_ms", list(itertools.product(
+    (4.0, 40.0, 400.0), (0.82, 0.97), (1, 2), (0.0, 0.05))))
 def test_clean_run_never_warns(build, step_ms, busy, ranks, wait_ms):
     gib, mib = build.GIB, build.MIB
     steps = {}
