@@ -72,13 +72,11 @@ def reference(ctx: TuneContext, order: list[str]) -> tuple[KnobResult, Plan]:
 
 
 def _fed(ctx: TuneContext, device_rate: float) -> Trial:
-    """The starting configuration fed by its own loader (real DataLoader), over the confirmation's
-    window of the GPU's work, past the workers' start and the queues filling."""
+    """The starting configuration fed by its own loader (real DataLoader), run as one of the
+    confirmation's runs: past the workers' start and the queues filling, its window of steps."""
     batch = _batch(ctx, ctx.config)
-    per_epoch = max(1, len(ctx.target.train_dataset) // ctx.world_size // batch)
-    steps = max(4, min(per_epoch, math.ceil(CONFIRM_WINDOWS * ctx.options.window_s * device_rate / batch)))
     return ctx.run(ctx.spec("plan", "starting loader (real DataLoader)", {}, mode="loader", batch_size=batch,
-                            warmup=ctx.options.warmup + 2, steps=steps))
+                            warmup=ctx.options.warmup + 2, steps=_steps(ctx, device_rate, batch)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

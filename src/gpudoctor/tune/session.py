@@ -8,9 +8,9 @@ starting one, interleaved and repeated, and is written only when it is faster be
 A stage that runs out of its budget keeps its starting values. Every setting is measured
 ``repeats`` times, interleaved with what it is compared against, and wins only beyond the noise
 (:mod:`.noise`). When the starting loader cannot feed the GPU the loader stage runs first (no other
-stage's gain reaches training past it); the plan is made again before each later stage. Ctrl-C ends the session at once, keeps the trials finished so far and writes
-nothing (the confirmation did not run). Under
-torchrun every rank runs the per-rank trials on its own GPU; the batch is agreed by an all-reduce
+stage's gain reaches training past it); the plan is made again before each later stage. Ctrl-C
+ends the session at once, keeps the trials finished so far and writes nothing (the confirmation
+did not run). Under torchrun every rank runs the per-rank trials on its own GPU; the batch is agreed by an all-reduce
 MIN (the smallest GPU decides), the other knobs by rank 0's choice, so every rank writes and
 trains with the same settings. The session joins torchrun's process group if none exists and
 leaves it at the end; a group the caller created stays (the caller may still need it).
