@@ -266,6 +266,13 @@ def tune_loader(ctx: TuneContext) -> KnobResult:
               "pin_memory": settings.pin_memory, "persistent_workers": settings.persistent_workers,
               "multiprocessing_context": settings.multiprocessing_context}
     return KnobResult(knob="loader", trials=tuple(ctx.trials[first:]), winner=best.setting, params=params,
-                      summary=f"num_workers={settings.num_workers} prefetch_factor={settings.prefetch_factor} "
-                              f"pin_memory={settings.pin_memory} persistent_workers={settings.persistent_workers}"
-                              f"{figure}", notes=tuple(notes))
+                      summary=_settings_text(settings) + figure, notes=tuple(notes))
+
+
+def _settings_text(settings: LoaderSettings) -> str:
+    """The chosen settings as the table says them: without workers, the batches load in the training
+    process and the worker-only knobs (prefetch, persistent workers) do not apply."""
+    if settings.num_workers == 0:
+        return f"num_workers=0 (batches load in the training process) pin_memory={settings.pin_memory}"
+    return (f"num_workers={settings.num_workers} prefetch_factor={settings.prefetch_factor} "
+            f"pin_memory={settings.pin_memory} persistent_workers={settings.persistent_workers}")
