@@ -116,8 +116,10 @@ def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool,
     return _spec(command, run_dir, **{"steps": steps, "profile": profile, **extra})
 
 
-def patched_command(command: tuple[str, ...], patched: Path) -> tuple[str, ...]:
-    return (command[0], str(patched), *command[2:])
+def patched_command(command: tuple[str, ...], patched: Path, argv: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The patched copy's command: ``argv`` (the script's arguments with the values of the options
+    whose defaults the patch sets, :func:`gpudoctor.fix.options.command_line`), else the same."""
+    return (command[0], str(patched), *(command[2:] if argv is None else argv))
 
 
 def script_dir_on_path(script: Path) -> dict[str, str | None]:
