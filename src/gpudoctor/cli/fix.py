@@ -87,6 +87,9 @@ def register(app: typer.Typer) -> None:
         (interleaved runs, repeated until the difference is above the noise) and keeps only
         those that measured faster. Prints
         the unified diff and a before/after table; --write applies it, keeping a backup.
+        A loader setting the script reads from its own flag (num_workers=args.workers) gets
+        that flag's default changed, so the flag keeps working; when ARGS set the flag, the
+        patched copy is measured with the new value there and the command line to run is shown.
         A script it cannot parse or locate gets the prescription as text (exit 1).
 
         \b

@@ -96,7 +96,10 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     for f, saved in zip(changed, backups):
         console.print(f"wrote {f or script} (the original kept as {saved})", highlight=False, markup=False)
     if changed and not backups:
-        console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}",
+        import shlex
+
+        rest = f" -- {shlex.join(args)}" if args else ""  # the same command line, measured the same way
+        console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}{rest}",
                       highlight=False, markup=False)
     console.print(f"run directory: {base}", highlight=False, markup=False)
     return code

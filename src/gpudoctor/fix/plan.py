@@ -7,7 +7,8 @@ decides which knobs verify which finding; the loader values come from the same
 =====================  ==============================================================
 finding                changes
 =====================  ==============================================================
-GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch)
+GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch: a keyword read
+                       from the script's own flag gets the flag's default, :mod:`gpudoctor.fix.loader`)
                        and ``non_blocking`` on the batch copies when memory is pinned
 GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
 GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader does not pin)
