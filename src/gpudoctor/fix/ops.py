@@ -107,4 +107,5 @@ class Advice:
     fix: str  # the finding's own fix text
 
 
-__all__ = ["INSERT_AFTER", "INSERT_BEFORE", "REPLACE", "SET_KWARGS", "WRAP", "Advice", "Change", "Op", "OptionEdit", "Pos"]
+__all__ = ["INSERT_AFTER", "INSERT_BEFORE", "REPLACE", "SET_KWARGS", "WRAP", "Advice", "Change", "Op", "OptionEdit",
+           "Pos"]

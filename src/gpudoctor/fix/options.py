@@ -190,8 +190,10 @@ def _matches(word: str, edit: OptionEdit) -> tuple[str, str | None] | None:
         if len(prefixed) == 1 and prefixed[0] in edit.flags:
             return name, attached if eq else None
         return None
+    if name in edit.flags:  # -j, -j=4, a one-dash long option (-lr 0.1)
+        return name, attached if eq else None
     for flag in edit.flags:
-        if len(flag) == 2 and word.startswith(flag):  # -j, -j4, -j=4
+        if len(flag) == 2 and word.startswith(flag):  # -j4
             rest = word[2:]
             return flag, (rest[1:] if rest.startswith("=") else rest) if rest else None
     return None

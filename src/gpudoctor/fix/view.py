@@ -166,5 +166,5 @@ def advice_lines(advice: Sequence[Advice]) -> list[str]:
     return out
 
 
-__all__ = ["LOSS_STEPS", "Figures", "Outcome", "advice_lines", "change_line", "command_lines", "print_lines", "figures", "label",
-           "loss_table", "losses", "table", "unified_diff"]
+__all__ = ["LOSS_STEPS", "Figures", "Outcome", "advice_lines", "change_line", "command_lines", "figures", "label",
+           "loss_table", "losses", "print_lines", "table", "unified_diff"]

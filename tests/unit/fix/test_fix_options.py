@@ -99,6 +99,12 @@ def test_every_way_argparse_takes_an_option_value_is_rewritten(argv, new, said) 
     assert rewrite_argv(argv, WORKERS) == (new, said)
 
 
+def test_a_one_dash_long_option_is_rewritten_and_not_confused_with_a_short_one() -> None:
+    threads = OptionEdit(flags=("-nw",), value="8", was="2")
+    assert rewrite_argv(("-nw", "2", "-n", "3"), threads) == (("-nw", "8", "-n", "3"), ("-nw 2", "-nw 8"))
+    assert rewrite_argv(("-n", "3"), threads) == (("-n", "3"), None)
+
+
 def test_dest_is_resolved_as_argparse_does() -> None:
     assert dest_of(("-j", "--workers")) == "workers"
     assert dest_of(("-b", "--batch-size")) == "batch_size"
