@@ -95,9 +95,13 @@ def readme(args, out: Path) -> dict:
         row["outcome"] = "no patch written"
         return row
     a, b = [], []
+    # the fixed arm runs the command line fix says to use (a flag the patch set a new default for,
+    # given in ``extra``, gets the new value there): the same command fix measured
+    fixed_args = ((res.get("fix") or {}).get("command") or [None, None, *extra])[2:]
     for rnd in range(args.rounds):
         for arm, script in (("A", "basic_user.py.orig"), ("B", "basic_user.py")):
-            r = run_once(work, script, extra, work / "ab" / f"{arm}{rnd}", args.steps, env,
+            r = run_once(work, script, extra if arm == "A" else list(fixed_args), work / "ab" / f"{arm}{rnd}",
+                         args.steps, env,
                          out / "logs-fix" / f"readme.{arm}{rnd}.log")
             (a if arm == "A" else b).append(r["throughput"])
             print(f"  readme {arm}{rnd}: {r['status']} {r['throughput']} {r['unit']}", flush=True)

@@ -73,6 +73,7 @@ def recorded_findings(name: str, verdicts: dict):
 def plan_one(script, work: Path, verdicts: dict) -> dict:
     """Plan and patch a fresh copy of ``script`` (``WORK/fix-<name>``) as ``gpudoctor fix`` would."""
     from gpudoctor.cli.fix_flow import patch_all
+    from gpudoctor.fix.options import command_line
     from gpudoctor.fix.plan import plan_fix
     from gpudoctor.fix.project import locate_project
     from gpudoctor.fix.view import unified_diff
@@ -103,6 +104,8 @@ def plan_one(script, work: Path, verdicts: dict) -> dict:
         (Path(f) if f else path).write_text(fixed[f], encoding="utf-8")  # the variant is now the patched copy
     diff = "".join(unified_diff(sources[f], fixed[f], rel(f)) for f in changed)
     top = next((f for f in findings if f.severity.value != "info"), None)
+    edits = [e for c in plan.changes for e in c.options]
+    argv, said = command_line(tuple(script.args), edits)
     return {
         "name": script.name, "origin": origin,
         "findings": [f"{f.severity.value} {f.code}" for f in findings],
@@ -113,6 +116,10 @@ def plan_one(script, work: Path, verdicts: dict) -> dict:
         "dropped": [c.kind for c in dropped],
         "advice": [{"code": a.code, "reason": a.reason} for a in plan.advice],
         "files": [rel(f) for f in changed], "parses": parses, "diff": diff, "cwd": str(cwd),
+        # the options whose defaults the patch sets, on the H200 command line (manifest args)
+        "options": [{"flags": list(e.flags), "default": e.value, "was": e.was, "set": how[0] if how else None,
+                     "run_with": how[1] if how else None} for e, how in said],
+        "command": list(argv), "edits": edits,
         "top_patched": bool(top) and any(c.code == top.code for c in plan.changes),
     }
 
@@ -122,11 +129,18 @@ def run_cpu(script, work: Path, out: Path, row: dict, steps: int, timeout_scale:
     from gpudoctor.fix.view import losses
     from gpudoctor.records.rundir import load_run
 
+    import dataclasses
+
+    from gpudoctor.fix.options import command_line
+
     arms = {"original": harness.make_variant(work, script, f"orig-{script.name}"), "patched": Path(row["cwd"])}
+    # the patched copy runs with the CPU command line fix would measure: an option whose default
+    # the patch set, given there (imagenet's -j 0), gets the new value
+    patched = dataclasses.replace(script, cpu_args=command_line(tuple(script.cpu_args), row["edits"])[0])
     for arm, cwd in arms.items():
         run_dir = work / "runs" / f"{script.name}-{arm}"
         # a loaded 2-core CPU: minGPT's evaluation at iteration 0 takes longer than run's 30 s stall limit
-        res = harness.gpudoctor_run(script, cwd, run_dir, steps=steps, cpu=True,
+        res = harness.gpudoctor_run(patched if arm == "patched" else script, cwd, run_dir, steps=steps, cpu=True,
                                     timeout_s=script.timeout_s * timeout_scale, log=out / f"{script.name}.{arm}.log",
                                     first_step_timeout=script.timeout_s * timeout_scale,
                                     stall_timeout=script.timeout_s * timeout_scale)
@@ -143,14 +157,16 @@ def run_cpu(script, work: Path, out: Path, row: dict, steps: int, timeout_scale:
 def markdown(rows: list[dict], cpu_steps: int | None) -> str:
     lines = ["# gpudoctor fix's patch for each corpus script, planned from its H200 recording (CPU, no GPU run)", "",
              "| script | findings (WARN first) | changes planned (file: line) | advice | parses | top finding patched |"
+             " command line (H200 args) |"
              + (f" CPU {cpu_steps} steps: original / patched | first losses equal |" if cpu_steps else ""),
-             "|---|---|---|---|---|---|" + ("---|---|" if cpu_steps else "")]
+             "|---|---|---|---|---|---|---|" + ("---|---|" if cpu_steps else "")]
     for r in rows:
         warn = ", ".join(f.split()[1] for f in r["findings"] if not f.startswith("info")) or "-"
         changes = "; ".join(f"{c['kind']} ({c['file']}: {', '.join(map(str, c['lines']))})" for c in r["changes"]) or "-"
         advice = "; ".join(a["reason"].split(":")[0] for a in r["advice"]) or "-"
         line = (f"| {r['name']} | {warn} | {changes} | {advice} | "
-                f"{'yes' if all(r['parses'].values()) else 'NO'} | {'yes' if r['top_patched'] else 'no'} |")
+                f"{'yes' if all(r['parses'].values()) else 'NO'} | {'yes' if r['top_patched'] else 'no'} | "
+                f"{_options(r['options'])} |")
         if cpu_steps:
             cpu = r.get("cpu") or {}
             o, p = cpu.get("original") or {}, cpu.get("patched") or {}
@@ -161,6 +177,12 @@ def markdown(rows: list[dict], cpu_steps: int | None) -> str:
                      f" {same} |")
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def _options(options: list[dict]) -> str:
+    """The options whose defaults the patch sets: how the H200 command line is to change."""
+    return "; ".join(f"{o['set']} -> {o['run_with']}" if o["set"] else f"{'/'.join(o['flags'])}: default "
+                     f"{o['was']} -> {o['default']}" for o in options) or "-"
 
 
 def main() -> None:
@@ -189,7 +211,7 @@ def main() -> None:
     # the diffs quote the public scripts: OUT/<name>.diff only, never in the table a repository keeps
     doc = {"what": "gpudoctor fix's plan from recorded H200 runs, on the CPU", "steps": args.steps if args.run else None,
            "wall_s": round(time.perf_counter() - t0, 1),
-           "rows": [{k: v for k, v in r.items() if k not in ("diff", "cwd")} for r in rows]}
+           "rows": [{k: v for k, v in r.items() if k not in ("diff", "cwd", "edits")} for r in rows]}
     (args.out / "plan.json").write_text(json.dumps(doc, indent=2))
     (args.out / "plan.md").write_text(markdown(rows, args.steps if args.run else None))
     print(markdown(rows, args.steps if args.run else None))

@@ -87,6 +87,9 @@ def register(app: typer.Typer) -> None:
         (interleaved runs, repeated until the difference is above the noise) and keeps only
         those that measured faster. Prints
         the unified diff and a before/after table; --write applies it, keeping a backup.
+        A loader setting the script reads from its own flag (num_workers=args.workers) gets
+        that flag's default changed, so the flag keeps working; when ARGS set the flag, the
+        patched copy is measured with the new value there and the command line to run is shown.
         A script it cannot parse or locate gets the prescription as text (exit 1).
 
         \b
@@ -116,8 +119,10 @@ def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool,
     return _spec(command, run_dir, **{"steps": steps, "profile": profile, **extra})
 
 
-def patched_command(command: tuple[str, ...], patched: Path) -> tuple[str, ...]:
-    return (command[0], str(patched), *command[2:])
+def patched_command(command: tuple[str, ...], patched: Path, argv: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The patched copy's command: ``argv`` (the script's arguments with the values of the options
+    whose defaults the patch sets, :func:`gpudoctor.fix.options.command_line`), else the same."""
+    return (command[0], str(patched), *(command[2:] if argv is None else argv))
 
 
 def script_dir_on_path(script: Path) -> dict[str, str | None]:

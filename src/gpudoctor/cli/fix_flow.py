@@ -81,16 +81,25 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     code = 1 if advice and not changed else 0
     backups = [write_fixed(Path(f) if f else script, sources[f], finals[f]) for f in changed] if write else []
     diff = "".join(_diffs(sources, finals, script))
+    argv, said = argv_for(command, [o.change for o in outcomes if o.kept])
     if json_output:
         from gpudoctor.cli.output import emit_json
 
-        emit_json(_payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backups, base, code))
+        payload = _payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backups, base, code)
+        emit_json({**payload, **_options_payload(script, argv, said)})
         return code
-    _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run)
+    from gpudoctor.fix.options import shown
+    from gpudoctor.fix.view import command_lines
+
+    lines = command_lines(said, shown(argv, str(script)), measured=any(o.kept and o.comparison for o in outcomes))
+    _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run, lines)
     for f, saved in zip(changed, backups):
         console.print(f"wrote {f or script} (the original kept as {saved})", highlight=False, markup=False)
     if changed and not backups:
-        console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}",
+        import shlex
+
+        rest = f" -- {shlex.join(args)}" if args else ""  # the same command line, measured the same way
+        console.print(f"nothing written (--diff); apply it with: gpudoctor fix --write {script}{rest}",
                       highlight=False, markup=False)
     console.print(f"run directory: {base}", highlight=False, markup=False)
     return code
@@ -172,7 +181,7 @@ def _measure_all(sources, script, changes, lint_codes, command, base, b_out, b_r
         folder = base / f"fix-{i}-{change.kind}"
         n, reuse = _slow_start([change.kind], steps, steps_given)
         comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run) if reuse else None, n, repeats,
-                                     profile, change.kind, import_root)
+                                     profile, change.kind, import_root, argv_for(command, [change])[0])
         kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
         outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
     kept = [o.change for o in outcomes if o.kept]
@@ -185,8 +194,18 @@ def _measure_all(sources, script, changes, lint_codes, command, base, b_out, b_r
     elif len(measured) > 1:
         n, reuse = _slow_start([c.kind for c in kept], steps, steps_given)
         final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run) if reuse else None,
-                                            n, repeats, profile, "all kept changes", import_root)
+                                            n, repeats, profile, "all kept changes", import_root,
+                                            argv_for(command, kept)[0])
     return outcomes, final, final_cmp, final_run
+
+
+def argv_for(command: tuple[str, ...], changes: list) -> tuple[tuple[str, ...], list]:
+    """The script's arguments for the patched copy of ``changes``: an option whose default they set,
+    given on the command line, gets the new value there too (a default does not change what the
+    command line sets); and each such option with how the command line set it."""
+    from gpudoctor.fix.options import command_line
+
+    return command_line(tuple(command[2:]), [e for c in changes for e in c.options])
 
 
 def _first_try(comparison) -> Any:
@@ -211,8 +230,10 @@ def _copy_module(folder: Path, path: Path, root: Path, code: str) -> None:
     write_text_atomic(folder / rel, code)
 
 
-def _measure_one(codes, script, command, folder: Path, first, steps, repeats, profile, what: str, import_root=""):
-    """Interleaved A/B of the patched copy in ``folder`` against the original (``first`` reused)."""
+def _measure_one(codes, script, command, folder: Path, first, steps, repeats, profile, what: str, import_root="",
+                 argv: tuple[str, ...] | None = None):
+    """Interleaved A/B of the patched copy in ``folder`` (run with ``argv``) against the original
+    (``first`` reused)."""
     from gpudoctor.cli.run import _one
     from gpudoctor.cli.try_runs import measure
     from gpudoctor.records.atomic import write_text_atomic
@@ -223,7 +244,7 @@ def _measure_one(codes, script, command, folder: Path, first, steps, repeats, pr
     for f, text in codes.items():
         if f:
             _copy_module(folder, Path(f), Path(import_root), text)
-    patched = patched_command(command, copy)
+    patched = patched_command(command, copy, argv)
     runs: dict[str, Any] = {}
 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
@@ -242,6 +263,15 @@ def _measure_one(codes, script, command, folder: Path, first, steps, repeats, pr
             _say(f"the patched script ({what}) ended {outcome.manifest.status}; see {data.path}/stdout.log")
     tried = result.tried[0][1] if result.tried else None
     return result.comparison, tried
+
+
+def _options_payload(script: Path, argv: tuple[str, ...], said: list) -> dict:
+    """``--json``'s command line: the arguments to run the patched script with, and each option
+    whose default the patch sets (``set``/``run_with``: how the command line sets it, ``None``
+    where it does not)."""
+    return {"command": ["python", str(script), *argv],
+            "options": [{"flags": list(e.flags), "default": e.value, "was": e.was or None,
+                         "set": how[0] if how else None, "run_with": how[1] if how else None} for e, how in said]}
 
 
 def _payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backups, base, code) -> dict:
@@ -277,8 +307,8 @@ def _payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backup
     }
 
 
-def _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run) -> None:
-    from gpudoctor.fix.view import advice_lines, change_line, figures, loss_table, losses, table
+def _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run, lines=()) -> None:
+    from gpudoctor.fix.view import advice_lines, change_line, figures, loss_table, losses, print_lines, table
 
     name = str(script)
     if not outcomes and not advice:
@@ -289,6 +319,7 @@ def _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     if diff:
         console.print(diff, highlight=False, markup=False, end="", soft_wrap=True)
+    print_lines(console, lines)  # the command line to run the patched script with
     before = figures(final_cmp, "before", b_run)
     after = figures(final_cmp, "after", final_run) if final_cmp is not None else None
     if final_cmp is None:

@@ -10,6 +10,10 @@ when it measured faster.
 - :mod:`gpudoctor.fix.metrics` finds the per-step metric reads that can wait for the print;
 - :mod:`gpudoctor.fix.plan` turns findings (and the lint fixes) into :class:`~gpudoctor.fix.ops.Change`
   objects, each a few located edits with the finding's code and why;
+- :mod:`gpudoctor.fix.loader` puts the loader change's keywords where the user controls them: a
+  keyword read from the script's own flag (:mod:`gpudoctor.fix.options`: ``num_workers=args.workers``
+  and ``-j/--workers``) gets that option's default, and a command line that sets the flag is
+  measured with the new value;
 - :mod:`gpudoctor.fix.edit` applies changes with libcst, every other byte of the file kept;
 - :mod:`gpudoctor.fix.view` renders the diff, the before/after table and the loss comparison.
 

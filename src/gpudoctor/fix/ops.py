@@ -44,6 +44,28 @@ class Op:
 
 
 @dataclass(frozen=True, slots=True)
+class OptionEdit:
+    """A command-line option of the script whose default a change sets (:mod:`gpudoctor.fix.options`).
+
+    Attributes:
+        flags: its option strings (``("-j", "--workers")``).
+        value: the new default, as source text (``"8"``): also the value a command line that sets
+            the option itself is given.
+        was: the default it replaces, as source text (``"4"``; ``""``: none).
+        longs: every ``--long`` option of the script's parser (argparse accepts a unique prefix).
+    """
+
+    flags: tuple[str, ...]
+    value: str
+    was: str = ""
+    longs: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.flags)
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """The edits that fix one finding, measured and kept or dropped as one.
 
@@ -56,6 +78,8 @@ class Change:
             of the first steps before and after is compared.
         file: the path of the module its ops are in when the training loop lives in another file
             of the script's project (:mod:`gpudoctor.fix.project`); ``""``: the script.
+        options: the command-line options whose defaults its ops set: a command line that sets
+            one itself is measured (and shown) with the new value instead.
     """
 
     kind: str
@@ -64,6 +88,7 @@ class Change:
     ops: tuple[Op, ...]
     precision: bool = False
     file: str = ""  # the file its ops are in, when not the script (a module of its project)
+    options: tuple[OptionEdit, ...] = ()
 
     @property
     def comment(self) -> str:
@@ -82,4 +107,5 @@ class Advice:
     fix: str  # the finding's own fix text
 
 
-__all__ = ["INSERT_AFTER", "INSERT_BEFORE", "REPLACE", "SET_KWARGS", "WRAP", "Advice", "Change", "Op", "Pos"]
+__all__ = ["INSERT_AFTER", "INSERT_BEFORE", "REPLACE", "SET_KWARGS", "WRAP", "Advice", "Change", "Op", "OptionEdit",
+           "Pos"]

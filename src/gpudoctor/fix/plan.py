@@ -7,7 +7,8 @@ decides which knobs verify which finding; the loader values come from the same
 =====================  ==============================================================
 finding                changes
 =====================  ==============================================================
-GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch)
+GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, prefetch: a keyword read
+                       from the script's own flag gets the flag's default, :mod:`gpudoctor.fix.loader`)
                        and ``non_blocking`` on the batch copies when memory is pinned
 GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
 GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader does not pin)
@@ -39,10 +40,10 @@ from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
 from gpudoctor.analysis.prescription import ms
 from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
-from gpudoctor.fix.host import host_slices
+from gpudoctor.fix.loader import loader_ops
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
-from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op
+from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op, OptionEdit
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu_specs import match_spec
 from gpudoctor.records.run import RankConfig
@@ -223,19 +224,20 @@ def _change(kind: str, finding: Finding, found: Located, config: RankConfig | No
         return None, "; ".join(found.notes) or "the training loop was not found"
     if kind in ("cudnn_benchmark", "tf32", "channels_last", "bf16", "compile") and not found.torch_name:
         return None, "the file does not `import torch` as torch"
+    options: tuple[OptionEdit, ...] = ()
     if kind == "persistent":
         ops, reason = _persistent_ops(found, dict(finding.data))
+    elif kind in ("loader", "pin_memory"):
+        ops, reason, options = loader_ops(kind, found, config, on_gpu)
     else:
         ops, reason = _ops(kind, found, config, on_gpu)
     if not ops:
         return None, reason
     return Change(kind=kind, code=code, why=WHY[kind], ops=tuple(ops), precision=kind in PRECISION,
-                  file=found.file), ""
+                  file=found.file, options=options), ""
 
 
 def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
-    if kind in ("loader", "pin_memory"):
-        return _loader_ops(kind, found, config, on_gpu)
     if kind == "non_blocking":
         ops = [Op(SET_KWARGS, found.pos(c), found.pos(found.stmt_of(c)), kwargs=(("non_blocking", "True"),))
                for c in found.batch_moves]
@@ -288,26 +290,6 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     return [], f"no code form for {kind}"
 
 
-def _loader_ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
-    call = found.loader_call
-    if call is None and kind == "pin_memory":
-        return _host_pin_ops(found)
-    if call is None:
-        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
-    if kind == "pin_memory":
-        kwargs = (("pin_memory", "True"),)
-    else:
-        plan = loader_plan(main_loader(config), config, on_gpu)
-        pairs = [("num_workers", str(plan.workers))] if plan.workers is not None else []
-        pairs += [(name, "True") for name in ("pin_memory", "persistent_workers") if getattr(plan, name)]
-        pairs += [("prefetch_factor", str(plan.prefetch_factor))] if plan.prefetch_factor is not None else []
-        kwargs = tuple(pairs)
-    if not kwargs:
-        return [], "the loader already has the planned settings"
-    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=kwargs,
-               why=_loader_why(dict(kwargs)))], ""
-
-
 def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], str]:
     """``persistent_workers`` on the loader the loop iterates (the stall's first batch waited for
     restarted workers): ``True`` where ``num_workers`` is a literal, else true exactly when the
@@ -338,34 +320,6 @@ def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], s
     why = f"{WHY['persistent']}: the first batch of each epoch waited {wait} for them to restart"
     return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=(("persistent_workers", value),),
                why=why)], ""
-
-
-def _host_pin_ops(found: Located) -> tuple[list[Op], str]:
-    """No DataLoader: batches sliced from host tensors get those tensors pinned once, and the copies
-    made non-blocking (:mod:`gpudoctor.fix.host`)."""
-    slices = host_slices(found)
-    if not slices:
-        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
-    ops, pinned = [], set()
-    for copy, assign in slices:
-        name = assign.targets[0].id
-        if name not in pinned:
-            pinned.add(name)
-            at = found.pos(assign)
-            ops.append(Op(INSERT_AFTER, at, at, text=(
-                f"{name} = {name}.pin_memory() if torch.cuda.is_available() else {name}",)))
-        ops.append(Op(SET_KWARGS, found.pos(copy), found.pos(found.stmt_of(copy)), kwargs=(("non_blocking", "True"),),
-                      why=WHY["non_blocking"]))
-    return ops, ""
-
-
-def _loader_why(kwargs: dict[str, str]) -> str:
-    """What the loader keywords do, in the words of the values set."""
-    parts = [f"{kwargs['num_workers']} worker processes load the batches"] if "num_workers" in kwargs else []
-    parts += ["pinned for fast copies"] if "pin_memory" in kwargs else []
-    parts += ["kept alive between epochs"] if "persistent_workers" in kwargs else []
-    parts += [f"{kwargs['prefetch_factor']} batches ahead per worker"] if "prefetch_factor" in kwargs else []
-    return ", ".join(parts)
 
 
 __all__ = ["PATCHED", "WHY", "Plan", "plan_fix"]

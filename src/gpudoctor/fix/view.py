@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudoctor.fix.ops import Advice, Change
+from gpudoctor.fix.ops import Advice, Change, OptionEdit
 from gpudoctor.report.try_view import _change, _fmt, _pct, try_verdict
 
 LOSS_STEPS = 10  # the first N steps whose loss is shown before and after
@@ -130,6 +130,33 @@ def loss_table(before: Sequence[float | None], after: Sequence[float | None], pr
     return Group(t, Text(f"  {worst_text}{note}"))
 
 
+def command_lines(said: Sequence[tuple[OptionEdit, tuple[str, str] | None]], command: str,
+                  measured: bool) -> list[str]:
+    """The script's command-line options whose defaults the patch sets: the ones the command line
+    sets itself, with the value to give them instead (the value the patched copy was measured with),
+    then the command to run; the others take their new default."""
+    out = []
+    for edit, how in said:
+        was = f", was {edit.was}" if edit.was else ""
+        if how is None:
+            out.append(f"command line: {edit.name} is not on your command line: its new default applies "
+                       f"({edit.value}{was})")
+            continue
+        out.append(f"command line: your command line sets {how[0]}, which overrides the new default; run with "
+                   f"{how[1]} (the default of {edit.name} is now {edit.value}{was})"
+                   + (", as the patched copy was measured:" if measured else ":"))
+    if any(how is not None for _, how in said):
+        out.append(f"    {command}")
+    return out
+
+
+def print_lines(console, lines: Sequence[str]) -> None:
+    """Prose wrapped at the console's width; a line of code (indented 4) never wrapped, so it can be
+    copied whole."""
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=line.startswith("    "))
+
+
 def advice_lines(advice: Sequence[Advice]) -> list[str]:
     """Findings that have a code fix but no patch: why, and the prescription as text."""
     out = []
@@ -139,5 +166,5 @@ def advice_lines(advice: Sequence[Advice]) -> list[str]:
     return out
 
 
-__all__ = ["LOSS_STEPS", "Figures", "Outcome", "advice_lines", "change_line", "figures", "label",
-           "loss_table", "losses", "table", "unified_diff"]
+__all__ = ["LOSS_STEPS", "Figures", "Outcome", "advice_lines", "change_line", "command_lines", "figures", "label",
+           "loss_table", "losses", "print_lines", "table", "unified_diff"]

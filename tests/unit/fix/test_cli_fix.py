@@ -119,3 +119,31 @@ def test_a_loop_in_a_module_of_the_project_is_patched_there_with_its_own_backup(
     ran = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env(), capture_output=True, text=True,
                          timeout=180)
     assert ran.returncode == 0 and "END OF SCRIPT" in ran.stdout, ran.stderr
+
+
+ARGPARSE_SCRIPT = Path(__file__).resolve().parents[2] / "fixtures" / "fix" / "argparse_loader.py"
+
+
+def test_a_flag_on_the_command_line_is_measured_and_shown_with_the_new_value(tmp_path: Path) -> None:
+    # the case: the workers come from -j, and the command line sets -j itself
+    from gpudoctor.records.rundir import load_run
+
+    text = ARGPARSE_SCRIPT.read_text(encoding="utf-8")
+    script = _script(tmp_path, text)
+    result = gpudoctor("fix", "--steps", "10", "--repeats", "2", "--no-profile", "--json", "--out", "rd", "train.py",
+                       "--", "-j", "0", "--steps", "64", cwd=tmp_path, timeout=400)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert script.read_text(encoding="utf-8") == text  # --diff: nothing written
+    assert payload["options"] == [{"flags": ["-j", "--workers"], "default": "1", "was": "0", "set": "-j 0",
+                                   "run_with": "-j 1"}]  # 2 cores here: one worker, one core left for training
+    assert payload["command"] == ["python", "train.py", "-j", "1", "--steps", "64"]
+    assert '+parser.add_argument("-j", "--workers", default=1, type=int, metavar="N",' in payload["diff"]
+    assert "num_workers=args.workers," in payload["diff"]  # the call still reads the flag
+    # the original ran with the user's command line, the patched copy with the new value
+    assert load_run(tmp_path / "rd" / "baseline").manifest.command[-4:] == ("-j", "0", "--steps", "64")
+    tried = sorted((tmp_path / "rd" / "fix-1-loader").glob("try*"))
+    assert tried and all(load_run(t).manifest.command[1:] == ("rd/fix-1-loader/train.py", "-j", "1", "--steps", "64")
+                         for t in tried)
+    assert all(load_run(b).manifest.command[-4:] == ("-j", "0", "--steps", "64")
+               for b in (tmp_path / "rd" / "fix-1-loader").glob("baseline*"))

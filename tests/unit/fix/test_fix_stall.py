@@ -66,9 +66,12 @@ def test_the_dcgan_shape_gets_persistent_workers_and_the_epoch_work_as_advice(re
     assert advice.code == STALL and advice.reason.startswith("epoch_work: ")
     assert f"{data['epoch_work_ms']:.2f} ms an epoch" in advice.reason and "changes what the script does" in advice.reason
     assert f"({data['epoch_work_ms']:.2f} ms an epoch)" in advice.fix and "epoch % 10" in advice.fix
-    # with the loader change of GD-RUN-DATALOADER the keyword is set once, both commented
+    # with the loader change of GD-RUN-DATALOADER the keyword is set once, both commented; the
+    # workers are the --workers option's (its default now 8): --workers 0 must still run
     together, _, dropped = apply_located(source, plan.changes)
-    assert not dropped and together.count("persistent_workers=") == 1 and "num_workers=8, persistent_workers=True" in together
+    assert not dropped and together.count("persistent_workers=") == 1
+    assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0" in together
+    assert 'parser.add_argument("--workers", type=int, default=8)' in together
     ast.parse(together)
 
 

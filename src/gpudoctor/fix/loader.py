@@ -1,0 +1,162 @@
+"""The loader change's edits: the planned ``DataLoader`` keywords (from
+:func:`~gpudoctor.analysis.knob_map.loader_plan`), each put where the user controls it.
+
+- a keyword absent from the call, or a literal there: set on the call (as ever);
+- a keyword read from a command-line option of the script (``num_workers=args.workers``,
+  :mod:`gpudoctor.fix.options`): the option's ``default=`` is set instead and the call left alone,
+  so ``-j 16`` still means 16 workers; the change carries the option (:class:`OptionEdit`) so a
+  command line that sets it itself is measured with the new value;
+- any other expression (a function's parameter filled elsewhere, a config object, a dict entry): set
+  on the call, and the comment names what it replaced (``num_workers was cfg.workers``): the patch
+  is measured and kept, and the line that no longer reads the user's setting says so;
+- while ``num_workers`` stays an expression, ``persistent_workers`` and ``prefetch_factor`` are
+  guarded by it (``args.workers > 0``, ``4 if args.workers > 0 else None``): ``DataLoader`` refuses
+  both without workers, and ``-j 0`` must still run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from gpudoctor.analysis.facts import main_loader
+from gpudoctor.analysis.knob_map import loader_plan
+from gpudoctor.fix.host import host_slices
+from gpudoctor.fix.locate import Located
+from gpudoctor.fix.ops import INSERT_AFTER, SET_KWARGS, Op, OptionEdit
+from gpudoctor.fix.options import long_flags, readers, traced_option
+from gpudoctor.records.run import RankConfig
+
+def planned(kind: str, config: RankConfig | None, on_gpu: bool) -> tuple[tuple[str, str], ...]:
+    """The keywords ``kind`` sets (``(name, value text)``), as ``--try`` and the finding word them."""
+    if kind == "pin_memory":
+        return (("pin_memory", "True"),)
+    plan = loader_plan(main_loader(config), config, on_gpu)
+    pairs = [("num_workers", str(plan.workers))] if plan.workers is not None else []
+    pairs += [(name, "True") for name in ("pin_memory", "persistent_workers") if getattr(plan, name)]
+    pairs += [("prefetch_factor", str(plan.prefetch_factor))] if plan.prefetch_factor is not None else []
+    return tuple(pairs)
+
+
+def loader_ops(kind: str, found: Located, config: RankConfig | None,
+               on_gpu: bool) -> tuple[list[Op], str, tuple[OptionEdit, ...]]:
+    """The edits of a ``loader`` or ``pin_memory`` change, why none, and the options it sets."""
+    call = found.loader_call
+    if call is None and kind == "pin_memory":
+        ops, reason = host_pin_ops(found)
+        return ops, reason, ()
+    if call is None:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located", ()
+    pairs = planned(kind, config, on_gpu)
+    if not pairs:
+        return [], "the loader already has the planned settings", ()
+    src, ops, edits = found.ctx.source, [], []
+    kw = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    on_call: list[tuple[str, str]] = []
+    replaced: list[str] = []
+    for name, value in pairs:
+        current = kw.get(name)
+        if current is None or isinstance(current, ast.Constant):
+            on_call.append((name, value))
+            continue
+        option = traced_option(found, current, call)
+        if option is not None and _numeric(option, value):
+            text = ast.get_source_segment(src, current) or name
+            ops.append(_default_op(found, option, name, value, text, current, call))
+            edits.append(OptionEdit(flags=option.flags, value=value,
+                                    was=ast.get_source_segment(src, option.default) if option.default else "",
+                                    longs=long_flags(found.ctx.tree)))
+            continue
+        on_call.append((name, value))
+        replaced.append(f"{name} was {ast.get_source_segment(src, current)}")
+    workers = kw.get("num_workers")
+    if workers is not None and not isinstance(workers, ast.Constant) and "num_workers" not in dict(on_call):
+        on_call = _guarded(on_call, ast.get_source_segment(src, workers) or "", workers)
+    if on_call:
+        why = _why(dict(on_call))
+        if replaced:
+            why += f" ({'; '.join(replaced)}: that setting no longer applies to this loader)"
+        ops.insert(0, Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=tuple(on_call), why=why))
+    return ops, "", tuple(edits)
+
+
+def _numeric(option, value: str) -> bool:
+    """An option that stores one number, whose default can become ``value`` (an integer)."""
+    kw = {k.arg: k.value for k in option.call.keywords}
+    default = option.default
+    plain = default is None or (isinstance(default, ast.Constant) and type(default.value) in (int, float)) \
+        or (isinstance(default, ast.Constant) and default.value is None)
+    return option.action in (None, "store") and "nargs" not in kw and plain and value.lstrip("-").isdigit()
+
+
+def _default_op(found: Located, option, name: str, value: str, text: str, read: ast.AST, call: ast.Call) -> Op:
+    """The option's ``default=`` set to ``value``; the comment says where the loader reads it."""
+    flags = "/".join(option.flags)
+    was = ast.get_source_segment(found.ctx.source, option.default) if option.default is not None else "none"
+    inside = range(call.lineno, (call.end_lineno or call.lineno) + 1)
+    lines = [n for n in readers(found, option.dest) if n not in inside]
+    also = f"; also read at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines else ""
+    short = next((f for f in option.flags if not f.startswith("--")), option.flags[0])
+    why = (f"{_why({name: value})}: the default of {flags} (was {was}), read as {name}={text} at line "
+           f"{read.lineno}{also}; {short} N still sets it")
+    return Op(SET_KWARGS, found.pos(option.call), found.pos(found.stmt_of(option.call)),
+              kwargs=(("default", value), *_help(found, option, was, value)), why=why)
+
+
+def _help(found: Located, option, was: str, value: str) -> tuple[tuple[str, str], ...]:
+    """The option's help, where a plain string quotes the old default once (``"(default: 4)"``), with
+    the new one: ``-h`` must not say 4 when it is 8."""
+    node = next((k.value for k in option.call.keywords if k.arg == "help"), None)
+    text = ast.get_source_segment(found.ctx.source, node) if isinstance(node, ast.Constant) else None
+    if not text or not isinstance(node.value, str) or text[:1] not in "'\"":
+        return ()
+    pattern = re.compile(r"(default\s*[:=]?\s*)" + re.escape(was) + r"(?![\w.])", re.IGNORECASE)
+    if len(pattern.findall(text)) != 1:
+        return ()
+    return (("help", pattern.sub(lambda m: m.group(1) + value, text)),)
+
+
+def _guarded(pairs: list[tuple[str, str]], workers: str, node: ast.AST) -> list[tuple[str, str]]:
+    """``persistent_workers`` and ``prefetch_factor`` made conditional on the script's own workers."""
+    simple = isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+    more = f"{workers if simple else f'({workers})'} > 0"
+    out = []
+    for name, value in pairs:
+        if name == "persistent_workers" and value == "True":
+            value = more
+        elif name == "prefetch_factor":
+            value = f"{value} if {more} else None"
+        out.append((name, value))
+    return out
+
+
+def host_pin_ops(found: Located) -> tuple[list[Op], str]:
+    """No DataLoader: batches sliced from host tensors get those tensors pinned once, and the copies
+    made non-blocking (:mod:`gpudoctor.fix.host`)."""
+    slices = host_slices(found)
+    if not slices:
+        return [], "; ".join(n for n in found.notes if "loader" in n.lower()) or "the DataLoader was not located"
+    ops, pinned = [], set()
+    for copy, assign in slices:
+        name = assign.targets[0].id
+        if name not in pinned:
+            pinned.add(name)
+            at = found.pos(assign)
+            ops.append(Op(INSERT_AFTER, at, at, text=(
+                f"{name} = {name}.pin_memory() if torch.cuda.is_available() else {name}",)))
+        ops.append(Op(SET_KWARGS, found.pos(copy), found.pos(found.stmt_of(copy)), kwargs=(("non_blocking", "True"),),
+                      why="copy the batch from pinned memory without blocking the host"))
+    return ops, ""
+
+
+def _why(kwargs: dict[str, str]) -> str:
+    """What the loader keywords do, in the words of the values set."""
+    parts = [f"{kwargs['num_workers']} worker processes load the batches"] if "num_workers" in kwargs else []
+    parts += ["pinned for fast copies"] if "pin_memory" in kwargs else []
+    parts += ["kept alive between epochs"] if "persistent_workers" in kwargs else []
+    if "prefetch_factor" in kwargs:
+        parts += [f"{kwargs['prefetch_factor'].split(' ')[0]} batches ahead per worker"]
+    return ", ".join(parts)
+
+
+__all__ = ["host_pin_ops", "loader_ops", "planned"]
