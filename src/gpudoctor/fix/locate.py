@@ -3,13 +3,13 @@
 Everything here is static and conservative, built on lint's file context
 (:func:`gpudoctor.lint.walker.build_context`):
 
-- the training loop: the loop around the first ``.backward()`` whose loop (or an enclosing one)
-  also steps an optimizer (:func:`gpudoctor.lint.walker.is_optimizer_step`);
+- the training loop: the loop around the first ``.backward()`` whose loop (or an enclosing one:
+  gradient accumulation) also steps an optimizer (:func:`gpudoctor.lint.walker.is_optimizer_step`);
 - the loader: the ``DataLoader(...)`` the training loop iterates (``for b in loader``,
   ``enumerate(loader)``, ``tqdm(loader)``), assigned once in the same scope;
 - the model: the name whose ``.parameters()`` built that optimizer; its assignment before the loop;
 - the forward: the statements of the loop's block from the first that calls the model to the one
-  that assigns the loss ``.backward()`` is called on — simple statements only;
+  that assigns the loss ``.backward()`` is called on (:mod:`gpudoctor.fix.forward`);
 - the batch copies: ``.to(...)``/``.cuda()`` on the loop's target names.
 
 Trainer classes (``self.model``, ``self.optimizer``, a step helper the loop calls, a ``while`` loop
