@@ -3,13 +3,13 @@
 Everything here is static and conservative, built on lint's file context
 (:func:`gpudoctor.lint.walker.build_context`):
 
-- the training loop: the loop around the first ``.backward()`` whose loop (or an enclosing one)
-  also steps an optimizer (:func:`gpudoctor.lint.walker.is_optimizer_step`);
+- the training loop: the loop around the first ``.backward()`` whose loop (or an enclosing one:
+  gradient accumulation) also steps an optimizer (:func:`gpudoctor.lint.walker.is_optimizer_step`);
 - the loader: the ``DataLoader(...)`` the training loop iterates (``for b in loader``,
   ``enumerate(loader)``, ``tqdm(loader)``), assigned once in the same scope;
 - the model: the name whose ``.parameters()`` built that optimizer; its assignment before the loop;
 - the forward: the statements of the loop's block from the first that calls the model to the one
-  that assigns the loss ``.backward()`` is called on — simple statements only;
+  that assigns the loss ``.backward()`` is called on (:mod:`gpudoctor.fix.forward`);
 - the batch copies: ``.to(...)``/``.cuda()`` on the loop's target names.
 
 Trainer classes (``self.model``, ``self.optimizer``, a step helper the loop calls, a ``while`` loop
@@ -31,7 +31,6 @@ from gpudoctor.lint.scope import FileContext, Where
 from gpudoctor.lint.walker import build_context, is_backward, is_optimizer_step
 
 _ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip"})
-_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
 DIST_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler",
                            "torch.utils.data.distributed.DistributedSampler"})
 
@@ -128,25 +127,43 @@ def locate(source: str, path: str = "<script>") -> Located:
                            "the training loop was not found")
         return found
     backward, where, (loop, func) = backwards[0]
+    # the step in the loop, or (gradient accumulation: ``for micro in range(n): ... backward()``
+    # inside the step's loop) in a loop around it, in the same function
     steps = [c for c, w in ctx.calls if is_optimizer_step(c, ctx, w)
-             and (loop in w.loops or (where.loop is None and w.func is where.func))]
+             and (loop in w.loops or (where.loop is None and w.func is where.func)
+                  or (where.loop is loop and w.func is where.func and bool(w.loops)
+                      and w.loops[-1] in where.loops[:-1]))]
     if not isinstance(loop, (ast.For, ast.While)) or not steps:
         found.notes.append("the loop that calls .backward() does not step an optimizer")
         return found
     found.loop, found.func, found.backward, found.step = loop, func, backward, steps[0]
     found.step_func = where.func
-    if isinstance(backward.func, ast.Attribute) and isinstance(backward.func.value, ast.Name):
-        found.loss = backward.func.value.id
-    step_recv = steps[0].func.value if isinstance(steps[0].func, ast.Attribute) else None
+    recv = backward.func.value if isinstance(backward.func, ast.Attribute) else None
+    if _scaler_call(recv, "scale"):  # ``scaler.scale(loss).backward()``
+        recv = recv.args[0]
+    if isinstance(recv, ast.Name):
+        found.loss = recv.id
+    step = steps[0]
+    step_recv = step.func.value if isinstance(step.func, ast.Attribute) else None
+    if _scaler_call(step, "step"):  # ``scaler.step(optimizer)``: the optimizer is its argument
+        step_recv = step.args[0]
     found.optimizer = methods.key(step_recv) if step_recv is not None else None
     _find_model(found)
     if not methods.find_loader(found):
         _find_loader(found)
     _find_batch_moves(found)
-    _find_forward(found)
+    from gpudoctor.fix.forward import find_forward
+
+    find_forward(found)
     if found.model is None:
         methods.find_model(found)
     return found
+
+
+def _scaler_call(node: ast.AST | None, method: str) -> bool:
+    """``<scaler>.scale(x)`` / ``<scaler>.step(opt)``: a GradScaler's call with one argument."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method
+            and len(node.args) == 1 and "scaler" in ast.unparse(node.func.value).lower())
 
 
 def _call_site(found: Located, func: ast.AST | None) -> tuple[ast.Call, Where] | None:
@@ -231,18 +248,21 @@ def _assigns(stmt: ast.AST, name: str) -> bool:
 
 
 def _assigned_in_every_arm(stmt: ast.AST, name: str) -> bool:
-    """``if ...: name = A`` / ``else: name = B`` (elif chains too): after it, ``name`` is always set."""
+    """``if ...: name = A`` / ``else: name = B`` (elif chains too): after it, ``name`` is always set.
+    An arm that ends in ``raise`` (``else: raise ValueError(...)`` after a chain picking the model
+    by name) never reaches the code after the ``if``: it needs no assignment."""
     if not isinstance(stmt, ast.If) or not stmt.orelse:
         return False
     arms = [stmt.body, stmt.orelse]
-    return all(any(_assigns(s, name) or _assigned_in_every_arm(s, name) for s in arm) for arm in arms)
+    return all(isinstance(arm[-1], ast.Raise) or any(_assigns(s, name) or _assigned_in_every_arm(s, name) for s in arm)
+               for arm in arms)
 
 
 def _find_model(found: Located) -> None:
     ctx = found.ctx
     if found.optimizer is None or "." in found.optimizer:
         return  # self.optimizer: methods.find_model, through the forward
-    opt, scope = origin(found, found.optimizer, found.func)
+    opt, scope = origin(found, found.optimizer, found.step_func)  # a step helper's parameter: to its caller
     outer = None
     for value in ctx.assigned(opt, scope):
         if isinstance(value, ast.Call) and value.args:
@@ -314,41 +334,6 @@ def _find_batch_moves(found: Located) -> None:
                 found.batch_moves.append(node)
             else:
                 found.batch_moves_non_blocking += 1
-
-
-def _calls_model(stmt: ast.stmt, model: str) -> ast.Call | None:
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model:
-            return node
-    return None
-
-
-def _find_forward(found: Located) -> None:
-    if found.loss is None or found.model is None:
-        return
-    back_stmt = found.stmt_of(found.backward)
-    block = found.block_of(back_stmt)
-    if block is None:
-        return
-    at = next(i for i, s in enumerate(block) if s is back_stmt)
-    loss_at = next((i for i in range(at - 1, -1, -1) if isinstance(block[i], ast.Assign)
-                    and any(found.loss in _names(t) for t in block[i].targets)), None)
-    if loss_at is None:
-        found.notes.append(f"{found.loss} is not assigned in the block that calls {found.loss}.backward()")
-        return
-    first = None
-    for i in range(loss_at, -1, -1):
-        if not isinstance(block[i], _SIMPLE):
-            break
-        if _calls_model(block[i], found.model) is not None:
-            first = i
-    if first is None:
-        found.notes.append(f"the forward call {found.model}(...) was not found before the loss")
-        return
-    found.forward = (block[first], block[loss_at])
-    call = _calls_model(block[first], found.model)
-    if call is not None and call.args and isinstance(call.args[0], ast.Name):
-        found.forward_input = call.args[0].id
 
 
 def epoch_loop(found: Located) -> tuple[ast.stmt, str] | None:

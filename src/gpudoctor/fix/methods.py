@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 
-_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
 _MODEL_USES = frozenset({"parameters", "train", "zero_grad", "state_dict", "named_parameters"})
 
 
@@ -95,9 +94,16 @@ def _alias(func: ast.AST | None, name: str, before: ast.AST) -> str | None:
     return None
 
 
+def _unwrapped(node: ast.AST) -> ast.AST:
+    """``self.model`` of ``self.model.module`` (the module inside a DDP/DataParallel wrapper)."""
+    return node.value if isinstance(node, ast.Attribute) and node.attr == "module" else node
+
+
 def _modelish(found, name: str) -> bool:
-    return any(isinstance(c.func, ast.Attribute) and c.func.attr in _MODEL_USES and key(c.func.value) == name
-               for c, _ in found.ctx.calls)
+    """The file calls ``.parameters()``, ``.train()``, ``.state_dict()`` ... on ``name`` (or on the
+    module it wraps: ``self.model.module.state_dict()``, as DDP scripts save checkpoints)."""
+    return any(isinstance(c.func, ast.Attribute) and c.func.attr in _MODEL_USES
+               and key(_unwrapped(c.func.value)) == name for c, _ in found.ctx.calls)
 
 
 def _forward(found, block: list[ast.stmt], loss_at: int) -> tuple[int, ast.Call] | None:
@@ -105,8 +111,10 @@ def _forward(found, block: list[ast.stmt], loss_at: int) -> tuple[int, ast.Call]
     callee whose result the loss statement reads (through names assigned in the statements before)."""
     imports = found.ctx.imports
     candidates: dict[str, tuple[int, ast.Call]] = {}
+    from gpudoctor.fix.forward import forward_part
+
     for i in range(loss_at, -1, -1):
-        if not isinstance(block[i], _SIMPLE):
+        if not forward_part(block[i]):
             break
         for node in ast.walk(block[i]):
             if isinstance(node, ast.Call):

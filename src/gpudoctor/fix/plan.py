@@ -44,6 +44,7 @@ from gpudoctor.fix.loader import loader_ops
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op, OptionEdit
+from gpudoctor.lint.rules.gd401_data_parallel import QUALS as DATA_PARALLEL
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu_specs import match_spec
 from gpudoctor.records.run import RankConfig
@@ -243,6 +244,8 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
                for c in found.batch_moves]
         done = found.batch_moves_non_blocking
         return ops, "" if done else "no .to()/.cuda() of the batch tensors in the training loop"
+    if kind == "compile" and compile_blocker(found):
+        return [], compile_blocker(found)
     if kind in ("cudnn_benchmark", "tf32", "channels_last", "compile") and found.model_assign is None:
         return [], f"the assignment of the model ({found.model_outer or 'unknown'}) before the loop was not found"
     at = found.pos(found.model_assign) if found.model_assign is not None else None
@@ -288,6 +291,26 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         first = found.pos(start)
         return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
     return [], f"no code form for {kind}"
+
+
+def compile_blocker(found: Located) -> str:
+    """Why ``model.compile()`` must not be added, or ``""``: the script compiles already (its own
+    switch, e.g. nanoGPT's ``--compile``, is the one to turn on: compiling twice is not a fix), or
+    wraps the model in ``nn.DataParallel``, whose replicas on other GPUs copy the module's
+    ``__dict__`` and so would call the original's compiled forward with the original's weights."""
+    ctx = found.ctx
+    for call, _ in ctx.calls:
+        func = call.func
+        if ctx.qualname(func) == "torch.compile" or (
+                isinstance(func, ast.Attribute) and func.attr == "compile" and not call.args
+                and (ctx.qualname(func.value) or "").partition(".")[0] not in ("re", "regex")):
+            return (f"the script compiles already (line {call.lineno}): turn on its own switch for it "
+                    "rather than compiling twice")
+        if ctx.qualname(func) in DATA_PARALLEL:
+            return (f"the model is wrapped in nn.DataParallel (line {call.lineno}): its replicas on other GPUs "
+                    "would run the compiled original module; move to DistributedDataParallel (lint GD401), "
+                    "then compile")
+    return ""
 
 
 def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], str]:

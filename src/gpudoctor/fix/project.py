@@ -54,9 +54,41 @@ def local_modules(script: Path, tree: ast.Module) -> list[tuple[Path, Path]]:
     return out
 
 
+_CONVS = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
+
+
+def _builds_conv(path: Path) -> bool:
+    """``path`` calls ``nn.Conv2d(...)`` (or another convolution class) somewhere."""
+    try:
+        tree = ast.parse(path.read_bytes().decode("utf-8"))
+    except (SyntaxError, ValueError, UnicodeDecodeError, OSError):
+        return False
+    return any(isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute)
+                                             else getattr(n.func, "id", "")) in _CONVS for n in ast.walk(tree))
+
+
+def imports_conv(script: Path, tree: ast.Module) -> bool:
+    """A module of the project that ``script`` imports builds convolutions (the model defined in
+    ``models/`` or ``transformer_net.py``, the script only importing it); a package counts with
+    the files of its folder (``from models import *`` re-exports ``models/resnet.py``)."""
+    for path, _ in local_modules(script, tree):
+        files = sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]
+        if any(_builds_conv(f) for f in files):
+            return True
+    return False
+
+
 def locate_project(script: Path, source: str) -> Located:
     """The script's own training code, or, when it has no training loop, that of the one module of
-    its project that has. Raises ``SyntaxError`` when the script does not parse."""
+    its project that has. Raises ``SyntaxError`` when the script does not parse. ``conv`` is also
+    true when the model's convolutions are built in a module of the project it imports."""
+    found = _locate(script, source)
+    if found.loop is not None and not found.conv:
+        found.conv = imports_conv(Path(found.file) if found.file else script, found.ctx.tree)
+    return found
+
+
+def _locate(script: Path, source: str) -> Located:
     found = locate(source, str(script))
     if found.loop is not None:
         return found
@@ -76,4 +108,4 @@ def locate_project(script: Path, source: str) -> Located:
     return found
 
 
-__all__ = ["local_modules", "locate_project", "project_folders"]
+__all__ = ["imports_conv", "local_modules", "locate_project", "project_folders"]
