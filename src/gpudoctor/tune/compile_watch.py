@@ -3,23 +3,25 @@
 In-process trials share dynamo's cache for the engine's compiled step (one code object, the
 engine's ``forward_loss``). Each trial builds a new model; when its class is the same one every
 time (defined at module level), dynamo's guards pass and the cached graphs are reused (measured on
-the CPU with ``backend="eager"``: 3 graphs over 14 trials, fp32, bf16 and a dynamic batch). A
-factory that defines the class inside a function makes a new type per call: every trial fails the
-type guard and recompiles, and at the 9th dynamo hits its recompile limit (8 in torch 2.4-2.14) and
-runs the step eager from then on, without an error. A trial judged on that measures eager, not
-compile.
+the CPU, ``benchmarks/tune_compile_cache.py``: 4 graphs over 14 trials, fp32 and bf16, each again
+once the batch varies). A factory that defines the class inside a function makes a new type per
+call: every trial fails the type guard and recompiles, and at the 9th dynamo hits its recompile
+limit (8) and runs the step eager from then on, without an error (the trial still said ``ok``). A
+trial judged on that measures eager, not compile.
 
 * **Prevented**: before a compile trial whose model is made of other module types than the last
   compile trial's, dynamo is reset (``torch.compiler.reset()``). Such a trial recompiles anyway
   (its type guard fails), so the reset costs it nothing; a module-level class never changes type and
   is never reset, so its cached graphs keep being reused.
 * **Caught**: during a compile trial, dynamo's own evidence of a limit hit is watched: the warning
-  it logs on ``torch._dynamo.convert_frame`` (``"torch._dynamo hit config.%s (%s)"``, the same
-  text and arguments in torch 2.4 to 2.14) and, should that logger be silenced (``TORCH_LOGS``), the
-  hit it counts in ``torch._dynamo.utils.counters["unimplemented"]`` (the key's wording changed
-  between versions; each names the limit). A hit marks the trial rejected with the reason in
-  words, and dynamo is reset so the next trial compiles again (torch 2.14 otherwise keeps running
-  that code eager for the rest of the process).
+  it logs on ``torch._dynamo.convert_frame`` (``"torch._dynamo hit config.%s (%s)"`` with the
+  limit's name and value: the same text and arguments in every torch 2.x source read, from the
+  ``cache_size_limit`` releases to 2.14, and in the GPU image's torch 2.11 log,
+  ``tests/fixtures/explain/h200/logs/recompile_limit.log``) and, should that logger be silenced
+  (``TORCH_LOGS``), the hit dynamo counts in ``torch._dynamo.utils.counters["unimplemented"]``
+  (the key's wording changed between versions; each names the limit). A hit marks the trial
+  rejected with the reason in words, and dynamo is reset so the next trial compiles again (torch
+  2.14 otherwise keeps running that code eager for the rest of the process, and counts no more hits).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-_LOGGER = "torch._dynamo.convert_frame"  # logging.getLogger(__name__) in convert_frame.py, 2.4-2.14
+_LOGGER = "torch._dynamo.convert_frame"  # logging.getLogger(__name__) in convert_frame.py
 _WARNING = "torch._dynamo hit config."
-# how each torch version words the hit in counters["unimplemented"]: "cache_size_limit reached"
-# (2.4-2.5), "recompile_limit reached" (2.6-2.7), "Dynamo cache limit exceeded ... Limit type:
-# recompile_limit" (2.8-2.9), "Dynamo recompile limit exceeded ... Limit type: recompile_limit" (2.10+)
+# the wordings of a hit in counters["unimplemented"] in torch 2.x sources: "cache_size_limit reached",
+# "recompile_limit reached", "Dynamo cache limit exceeded ... Limit type: recompile_limit", and
+# "Dynamo recompile limit exceeded ... Limit type: recompile_limit" (2.14, measured here). A version
+# that raises RecompileLimitExceeded instead may count nothing: the warning is the first source.
 _COUNTER_WORDS = ("recompile_limit", "cache_size_limit", "recompile limit", "cache limit")
 
 _last_types: frozenset[type] | None = None  # the module types of the last compile trial's model
