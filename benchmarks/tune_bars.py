@@ -5,6 +5,7 @@ project's own benchmarks, and `tune all --script` on an unmodified public fp32 s
     PYTHONPATH=src python benchmarks/tune_bars.py --case gpt124m  --out /tmp/gpt.json
     PYTHONPATH=src python benchmarks/tune_bars.py --case script --script-path .public/imagenet_main.py --out /tmp/s.json
     PYTHONPATH=src python benchmarks/tune_bars.py --case resnet50 --smoke --out /tmp/smoke.json   # CPU dry run
+    PYTHONPATH=src python benchmarks/tune_bars.py --case gpt124m --per-call-class --out /tmp/gpt-pc.json
 
 * ``resnet50``: torchvision ResNet-50 (100 classes) on 160x160 crops of in-memory uint8 images with
   per-sample CPU augmentation (random resized crop, flip, normalise), SGD, starting from
@@ -24,13 +25,18 @@ DataLoader), interleaved over 3 rounds -> written/start (bar >= 1.0) and written
 where the tables show headroom). For the script: the chosen ``--try`` spec, whether it holds bf16
 (or fp16) and its gain from the confirmation rounds (bar >= 1.3), with the spreads. ``--smoke``
 shrinks everything (tiny models, small data, short budget) so every step runs on a CPU; its
-figures mean nothing.
+figures mean nothing. ``--per-call-class`` wraps the model in a class the factory defines at every
+call (a new type per trial, as a user's factory can make; ``TUNE_BARS_PER_CALL=1`` in the
+environment, so trial processes see it too): every compile trial must still compile (the JSON's
+``compile_watch``: compile trials, resets before a trial whose model types changed, trials dynamo
+ran eager) instead of running eager past dynamo's recompile limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -141,6 +147,25 @@ def _lm_loss(logits, targets):
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def _per_call(make):
+    """``make`` wrapped in a class defined at every call when ``TUNE_BARS_PER_CALL=1``."""
+    if os.environ.get("TUNE_BARS_PER_CALL") != "1":
+        return make
+
+    def factory() -> nn.Module:
+        class PerCall(nn.Module):  # a new type per call: dynamo's type guard fails in every trial
+            def __init__(self) -> None:
+                super().__init__()
+                self.inner = make()
+
+            def forward(self, x):
+                return self.inner(x)
+
+        return PerCall()
+
+    return factory
+
+
 def resnet50_target() -> TuneTarget:
     if SMOKE["on"]:
         data, make = AugmentedImages(512, 40, 32, 10), (lambda: nn.Sequential(
@@ -150,7 +175,8 @@ def resnet50_target() -> TuneTarget:
         import torchvision
 
         data, make, start = AugmentedImages(20_000, 192, 160, 100), (lambda: torchvision.models.resnet50(num_classes=100)), 256
-    return TuneTarget(model_factory=make, optimizer_factory=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    return TuneTarget(model_factory=_per_call(make),
+                      optimizer_factory=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
                       loss_fn=nn.CrossEntropyLoss(), train_dataset=data, config=TrainConfig(batch_size=start))
 
 
@@ -159,7 +185,7 @@ def gpt124m_target() -> TuneTarget:
         data, make, start = Tokens(256, 32, 128), (lambda: MiniGPT(128, 32, 2, 32, 2)), 8
     else:
         data, make, start = Tokens(4096, 1024, 50257), (lambda: _gpt_model(50257, 1024, 12, 768, 12)), 16
-    return TuneTarget(model_factory=make, optimizer_factory=lambda p: torch.optim.AdamW(p, lr=3e-4),
+    return TuneTarget(model_factory=_per_call(make), optimizer_factory=lambda p: torch.optim.AdamW(p, lr=3e-4),
                       loss_fn=_lm_loss, train_dataset=data, config=TrainConfig(batch_size=start))
 
 
@@ -241,8 +267,11 @@ def main() -> int:
     parser.add_argument("--script-path", default=".public/imagenet_main.py")
     parser.add_argument("--arch", default="resnet18", help="script case: the imagenet script's -a")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--per-call-class", action="store_true", help="the model class made per call (see above)")
     args = parser.parse_args()
     SMOKE["on"] = args.smoke
+    if args.per_call_class:
+        os.environ["TUNE_BARS_PER_CALL"] = "1"
     out: dict = {"case": args.case, "argv": sys.argv, "device": torch.cuda.get_device_name(0)
                  if torch.cuda.is_available() else "cpu", "smoke": args.smoke}
     t0 = time.perf_counter()
@@ -251,8 +280,12 @@ def main() -> int:
     else:
         engine_case(args.case, out, args)
     out["wall_s"] = time.perf_counter() - t0
+    from gpudoctor.tune import compile_watch
+
+    out["compile_watch"] = {"per_call_class": args.per_call_class, **compile_watch.counts}
     Path(args.out).write_text(json.dumps(out, indent=1, default=str))
-    print(json.dumps({"case": args.case, "bars": out["bars"], "wall_s": round(out["wall_s"])}, default=str))
+    print(json.dumps({"case": args.case, "bars": out["bars"], "wall_s": round(out["wall_s"]),
+                      "compile_watch": out["compile_watch"]}, default=str))
     return 0
 
 

@@ -98,6 +98,8 @@ def tune_precision(ctx: TuneContext) -> KnobResult:
         options = [(f"{label} (again)", {}, ctx.config, None), (setting, {f"perf.{field}": other}, config, None)]
         pair: list[Trial] = []
         won, why = _stage(ctx, options, pair, base=0)
+        if won != 1 and measured(pair[1]) is None and pair[1].reason:  # e.g. a compile trial dynamo ran eager
+            why = f"{pair[1].verdict.value}: {pair[1].reason}"
         if won == 1:
             ctx.config = config
             baseline, label = pair[1], setting

@@ -7,7 +7,8 @@ A trial is classified, never trusted blindly:
 * any other exception -> ``failed``, and on a GPU the process may now be poisoned (a sticky CUDA
   error), so the runner moves every later trial into a fresh subprocess;
 * a trial that did not really execute the steps it was asked for -> ``failed`` (Lightning #13696:
-  the finder "exhausts the maximum configured trials without actually probing").
+  the finder "exhausts the maximum configured trials without actually probing");
+* a compile trial that dynamo ran eager (its recompile limit hit) -> ``rejected`` (:mod:`.compile_watch`).
 
 Trials run in this process by default (fast: no new CUDA context per trial) with the memory of the
 previous trial released; ``isolation="process"`` runs each in a fresh ``python -m
@@ -36,6 +37,7 @@ from gpudoctor.analysis.steps import stats_past_warmup
 from gpudoctor.core.memory import release_cached_memory
 from gpudoctor.records.step import StepRecord
 from gpudoctor.records.tune import Trial, TrialVerdict
+from gpudoctor.tune import compile_watch
 from gpudoctor.tune.target import LoaderSettings, TuneTarget
 
 RESULT_MARK = "GPUDOCTOR_TRIAL_RESULT "
@@ -193,6 +195,9 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     wall = time.perf_counter() - started
     if measured is None:
         return Trial(**base, verdict=verdict, reason=reason, wall_s=wall), poisoned
+    if fell_back := measured.pop("fell_back", ""):  # ran eager, not compiled: no compile figure (compile_watch.py)
+        return Trial(**base, verdict=TrialVerdict.REJECTED, reason=fell_back, steps=measured["steps"],
+                     wall_s=wall), False
     if measured["steps"] < spec.warmup + spec.steps:
         return Trial(**base, verdict=TrialVerdict.FAILED, steps=measured["steps"], wall_s=wall,
                      reason=f"ran {measured['steps']} of {spec.warmup + spec.steps} steps: the trial did not "
@@ -205,6 +210,14 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
 
 
 def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) -> dict[str, Any]:
+    """The trial's figures; ``fell_back``: why a compile trial is void (dynamo ran it eager), or ""."""
+    model = target.model_factory()
+    with compile_watch.watch(model, compiling=bool(spec.config.get("perf", {}).get("compile"))) as dynamo:
+        out = _measure_model(model, target, spec, pools)
+    return {**out, "fell_back": dynamo.reason}
+
+
+def _measure_model(model: Any, target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) -> dict[str, Any]:
     import torch
 
     from gpudoctor.train.config import TrainConfig
@@ -214,7 +227,7 @@ def _measure(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     total = spec.warmup + spec.steps
     cfg = TrainConfig.from_dict(spec.config).replace(batch_size=spec.batch_size, max_steps=total)
     collect = _Collect()
-    trainer = Trainer(target.model_factory(), target.optimizer_factory, target.loss_fn, config=cfg,
+    trainer = Trainer(model, target.optimizer_factory, target.loss_fn, config=cfg,
                       observers=[collect], unpack=target.unpack or default_unpack)
     device = trainer.device
     cuda = device.type == "cuda"

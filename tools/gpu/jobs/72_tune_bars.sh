@@ -14,6 +14,8 @@
 #       > .public/imagenet_main.py && echo /.public/ >> .git/info/exclude
 #   and pass carry [".public"] to the device call.
 # Dry run on a CPU: TUNE_BAR=... TUNE_BAR_SMOKE=1 (tiny models; figures mean nothing).
+# TUNE_BARS_PER_CALL=1: the model class made per call (tune_bars.py --per-call-class); the JSON's
+#   "compile_watch" counts compile trials, dynamo resets and trials dynamo ran eager (must be 0).
 # Writes to $JOB_OUT: tune-bars-<case>.json (every trial, the bars) -> benchmarks/results/tune-bars-<case>-h200.json,
 #   tune-bars-<case>.log (stderr: the plan, each stage, one line per setting), summary.txt (stdout).
 set -u
