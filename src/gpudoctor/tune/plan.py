@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
+
+from gpudoctor.records.tune import Trial, TrialVerdict
 
 # What a stage needs, in trials. Each figure is a count of trials the stage's code starts, with
 # the reason it is that many.
@@ -149,6 +152,14 @@ def _fit(knobs: Sequence[str], needs: dict[str, tuple[int, float]], left: float,
             share = spare * (need / total) if total > 0 else 0.0
             stages.append(Stage(name=name, trials=trials, need_s=need, given_s=need + share))
     return tuple(stages)
+
+
+def measured_setup_s(trials: Sequence[Trial]) -> float | None:
+    """The median set-up of the trials run so far (wall time minus their steps); the reference
+    trial (``knob == "plan"``) is left out: its wall time holds the process's one-time costs."""
+    setups = [t.wall_s - t.steps * t.step_ms / 1e3 for t in trials
+              if t.knob != "plan" and t.verdict is TrialVerdict.OK and t.step_ms and t.steps and t.wall_s]
+    return max(0.2, statistics.median(setups)) if setups else None
 
 
 def replan(plan: Plan, remaining: Sequence[str], elapsed_s: float, *, setup_s: float | None = None) -> Plan:

@@ -19,7 +19,6 @@ leaves it at the end; a group the caller created stays (the caller may still nee
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict, TuneResult
 from gpudoctor.tune.noise import Measured, rotated, summarize
-from gpudoctor.tune.plan import Plan, replan
+from gpudoctor.tune.plan import Plan, measured_setup_s, replan
 from gpudoctor.tune.target import LoaderSettings, TuneTarget, load_target
 from gpudoctor.tune.trials import TrialRunner, TrialSpec
 
@@ -281,16 +280,8 @@ def _device_name(device: Any) -> str:
     return str(device)
 
 
-def _measured_setup_s(trials: list[Trial]) -> float | None:
-    """The median set-up of the trials run so far (wall time minus their steps); the reference
-    trial is left out: its wall time holds the process's one-time costs."""
-    setups = [t.wall_s - t.steps * t.step_ms / 1e3 for t in trials
-              if t.knob != "plan" and t.verdict is TrialVerdict.OK and t.step_ms and t.steps and t.wall_s]
-    return max(0.2, statistics.median(setups)) if setups else None
-
-
 def _replan(ctx: TuneContext, plan: Plan, remaining: list[str], say: Callable[[str], None]) -> Plan:
-    fresh = ctx.agree(replan(plan, remaining, ctx.elapsed(), setup_s=_measured_setup_s(ctx.trials)))
+    fresh = ctx.agree(replan(plan, remaining, ctx.elapsed(), setup_s=measured_setup_s(ctx.trials)))
     for stage in fresh.stages:
         before = plan.stage(stage.name)
         if stage.name in remaining and before is not None and before.cut and not stage.cut:
@@ -341,11 +332,20 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
         results.append(reference)
         for line in plan.lines():
             say(f"plan: {line}")
-        for i, name in enumerate(order):
-            if i and plan.budget_s is not None:  # time an earlier stage left unused goes to the later ones
-                plan = _replan(ctx, plan, order[i:], say)
+        queue, deferred, turns = list(order), set(), 0
+        while queue:
+            name, turns = queue.pop(0), turns + 1
+            if turns > 1 and plan.budget_s is not None:  # time an earlier stage left unused goes to later ones
+                plan = _replan(ctx, plan, [name, *queue], say)
             stage = plan.stage(name)
             first = len(ctx.trials)
+            if stage is not None and stage.cut and queue and name not in deferred:
+                # sized before any stage's trial measured the set-up: once the others have run, again
+                deferred.add(name)
+                queue.append(name)
+                say(f"plan: {name}: deferred to the end ({stage.cut}; needs ~{stage.need_s:.0f} s as estimated "
+                    "before any trial): sized again once the other stages have measured their trials")
+                continue
             if stage is not None and stage.cut:
                 results.append(KnobResult(knob=name, summary=f"cut by the budget plan ({stage.cut}); it needs "
                                           f"~{stage.need_s:.0f} s for ~{stage.trials} trials: raise --budget-s"))
