@@ -111,12 +111,17 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
-def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool, repeat: bool) -> Any:
-    """A ``run`` spec; repeats (and ``--no-profile``) run the probes alone, as ``--try``'s repeats."""
+def run_spec(command: tuple[str, ...], run_dir: Path, steps: int, profile: bool, repeat: bool,
+             kinds: tuple[str, ...] = ()) -> Any:
+    """A ``run`` spec; repeats (and ``--no-profile``) run the probes alone, as ``--try``'s repeats;
+    a copy patched with ``kinds`` that compile gets the stall limit of ``run --try compile``."""
     from gpudoctor.cli.run import _spec
+    from gpudoctor.cli.try_runs import stall_for
+    from gpudoctor.collectors.launch import STALL_TIMEOUT_S
 
     extra = {"profile": False, "profile_window": None, "sample_gpu": False} if repeat or not profile else {}
-    return _spec(command, run_dir, **{"steps": steps, "profile": profile, **extra})
+    return _spec(command, run_dir, **{"steps": steps, "profile": profile, **extra,
+                                      "stall_timeout_s": stall_for(kinds, STALL_TIMEOUT_S)})
 
 
 def patched_command(command: tuple[str, ...], patched: Path, argv: tuple[str, ...] | None = None) -> tuple[str, ...]:

@@ -181,7 +181,8 @@ def _measure_all(sources, script, changes, lint_codes, command, base, b_out, b_r
         folder = base / f"fix-{i}-{change.kind}"
         n, reuse = _slow_start([change.kind], steps, steps_given)
         comparison, _ = _measure_one(code, script, command, folder, (b_out, b_run) if reuse else None, n, repeats,
-                                     profile, change.kind, import_root, argv_for(command, [change])[0])
+                                     profile, change.kind, import_root, argv_for(command, [change])[0],
+                                     (change.kind,))
         kept = comparison is not None and comparison.judgement is not None and comparison.judgement.recommended
         outcomes.append(Outcome(change=change, comparison=comparison, kept=kept))
     kept = [o.change for o in outcomes if o.kept]
@@ -195,7 +196,7 @@ def _measure_all(sources, script, changes, lint_codes, command, base, b_out, b_r
         n, reuse = _slow_start([c.kind for c in kept], steps, steps_given)
         final_cmp, final_run = _measure_one(final, script, command, base / "fix-all", (b_out, b_run) if reuse else None,
                                             n, repeats, profile, "all kept changes", import_root,
-                                            argv_for(command, kept)[0])
+                                            argv_for(command, kept)[0], tuple(c.kind for c in kept))
     return outcomes, final, final_cmp, final_run
 
 
@@ -231,9 +232,9 @@ def _copy_module(folder: Path, path: Path, root: Path, code: str) -> None:
 
 
 def _measure_one(codes, script, command, folder: Path, first, steps, repeats, profile, what: str, import_root="",
-                 argv: tuple[str, ...] | None = None):
-    """Interleaved A/B of the patched copy in ``folder`` (run with ``argv``) against the original
-    (``first`` reused)."""
+                 argv: tuple[str, ...] | None = None, kinds: tuple[str, ...] = ()):
+    """Interleaved A/B of the patched copy in ``folder`` (run with ``argv``; ``kinds``: the changes
+    in it) against the original (``first`` reused)."""
     from gpudoctor.cli.run import _one
     from gpudoctor.cli.try_runs import measure
     from gpudoctor.records.atomic import write_text_atomic
@@ -248,7 +249,9 @@ def _measure_one(codes, script, command, folder: Path, first, steps, repeats, pr
     runs: dict[str, Any] = {}
 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
-        return run_spec(patched if knobs == PATCHED else command, run_dir, steps, profile, repeat)
+        if knobs == PATCHED:
+            return run_spec(patched, run_dir, steps, profile, repeat, kinds)
+        return run_spec(command, run_dir, steps, profile, repeat)
 
     def run_one(spec: Any) -> tuple[Any, Any]:
         outcome, data, _ = _one(spec)

@@ -267,7 +267,7 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
 
     from gpudoctor.cli import diagnose as diag
     from gpudoctor.cli.output import emit_json, exit_code, stderr_console, stdout_console
-    from gpudoctor.cli.try_runs import measure, steps_for
+    from gpudoctor.cli.try_runs import measure, stall_for, steps_for
     from gpudoctor.collectors.launch import DEFAULT_STEPS
     from gpudoctor.report.try_view import render_try
 
@@ -286,7 +286,8 @@ def _try(command: tuple[str, ...], base: Path, knobs: tuple, options: dict, *, s
 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
         extra = {"profile": False, "profile_window": None, "sample_gpu": False} if repeat else {}
-        return _spec(command, run_dir, **{**options, **extra}, knobs=knobs)
+        stall = stall_for(tuple(k.name for k in knobs), options["stall_timeout_s"])
+        return _spec(command, run_dir, **{**options, **extra, "stall_timeout_s": stall}, knobs=knobs)
 
     result = measure(make_spec, base, knobs, max_runs=max_runs, run=run_one,
                      on_run=lambda arm, n: say(f"--try: {arm} run {n} (at most {max_runs} of each)"))

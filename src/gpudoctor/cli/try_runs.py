@@ -23,6 +23,14 @@ from gpudoctor.collectors.knobs import SLOW_WARMUP_KNOBS, Knob
 SLOW_WARMUP_STEPS = 100
 
 
+def stall_for(names: tuple[str, ...], stall_timeout_s: float) -> float:
+    """The stall limit of a run that tries ``names``: at least ``SLOW_WARMUP_STALL_S`` when one of
+    them compiles (its first steps recompile), else ``stall_timeout_s``."""
+    from gpudoctor.collectors.knobs import SLOW_WARMUP_STALL_S
+
+    return max(stall_timeout_s, SLOW_WARMUP_STALL_S) if set(names) & set(SLOW_WARMUP_KNOBS) else stall_timeout_s
+
+
 def steps_for(knobs: tuple[Knob, ...], steps: int | None, default: int) -> tuple[int, str]:
     """The steps each run takes, and a note when a knob needs more than the default."""
     if steps is not None:

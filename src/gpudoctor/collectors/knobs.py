@@ -76,6 +76,11 @@ GPU_ONLY_KNOBS = ("tf32", "cudnn_benchmark", "expandable_segments", "pin_memory"
 # Knobs whose first steps pay a one-off cost (compilation): a run that tries them needs more
 # steps so that the steady steps after warm-up are not dominated by it (see cli/run.py).
 SLOW_WARMUP_KNOBS = ("compile",)
+# How long a run that tries such a knob may go without an optimizer step once it has started:
+# recompilation in the first steps (the backward's first compile, dynamo's automatic dynamic shapes)
+# pauses the steps for tens of seconds. minGPT's chargpt on an H200 (issue 24): the patched copy with
+# model.compile() went 30 s without a step after step 1 and the default 30 s limit stopped it.
+SLOW_WARMUP_STALL_S = 300.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -49,18 +49,20 @@ def reference(ctx: TuneContext, order: list[str]) -> tuple[KnobResult, Plan]:
     ctx.steps = min(_MAX_STEPS, max(opts.steps, math.ceil(opts.window_s / step_s)))
     ctx.reference_rate = trial.samples_per_s if trial.verdict is TrialVerdict.OK else None
     trials, loader_bound = (trial,), False
-    if "loader" in order and ctx.reference_rate:
+    if ("loader" in order or "batch" in order) and ctx.reference_rate:  # both act on what the loader feeds
         fed = _fed(ctx, ctx.reference_rate)
         trials += (fed,)
+        ctx.fed_rate = fed.samples_per_s if fed.verdict is TrialVerdict.OK else None
         if fed.verdict is TrialVerdict.OK and fed.step_ms and fed.wall_s:
             # the reference paid the process's one-time costs (CUDA context, the first cuDNN autotuning):
             # the trial after it is what a later trial's set-up costs (ResNet-50 on an H200: 16.1 s vs 3.2 s)
             setup_s = min(setup_s, max(0.2, fed.wall_s - fed.steps * fed.step_ms / 1e3))
         if fed.verdict is TrialVerdict.OK and fed.samples_per_s < KEEPS_UP * ctx.reference_rate:
-            loader_bound = True
+            loader_bound = "loader" in order
             notes.append(f"the starting loader feeds {fed.samples_per_s:,.0f} samples/s, the GPU takes "
-                         f"{ctx.reference_rate:,.0f} with the data on the device: the loader stage is kept first "
-                         "in the plan (no other stage's gain reaches training past it)")
+                         f"{ctx.reference_rate:,.0f} with the data on the device: " + (
+                             "the loader stage is kept first in the plan (no other stage's gain reaches training "
+                             "past it)" if loader_bound else "a larger batch is checked through the loader"))
     plan = make_plan(order, opts.budget_s, step_s=step_s, setup_s=setup_s, warmup=opts.warmup, steps=ctx.steps,
                      repeats=opts.repeats, cuda=ctx.cuda, world_size=ctx.world_size,
                      compile_trial=opts.compile, spent_s=ctx.elapsed(), loader_bound=loader_bound)

@@ -255,6 +255,7 @@ def tune_loader(ctx: TuneContext) -> KnobResult:
                      "this platform has no forkserver start method")
     ctx.loader = settings.replace(eval_batch_size=ctx.loader.eval_batch_size)
     rate = _rate(best)
+    ctx.fed_rate = rate or ctx.fed_rate
     figure = ""
     if rate:
         figure = f"; {rate:,.0f} samples/s" + (f" ±{best.spread:.1%} over {len(best.rates)} runs"

@@ -114,6 +114,7 @@ class TuneContext:
         self.confirming = False  # the confirmation is reserved in the plan: it never stops for the budget
         self.compile_cut = False  # the plan cut the torch.compile trial
         self.reference_rate: float | None = None  # the starting configuration's samples/s (data on the device)
+        self.fed_rate: float | None = None  # samples/s through the loader training uses (its best so far)
 
     # -- budget
     def elapsed(self) -> float:

@@ -85,7 +85,7 @@ def test_ctrl_c_keeps_the_finished_trials(tmp_path: Path, monkeypatch: pytest.Mo
 
     def run(self, spec):
         calls["n"] += 1
-        if calls["n"] == 5:  # the reference, then batch 16, 32, 64, then Ctrl-C
+        if calls["n"] == 6:  # the reference, the starting loader, then batch 16, 32, 64, then Ctrl-C
             raise KeyboardInterrupt
         return real_run(self, spec)
 
@@ -146,7 +146,7 @@ def test_cli_ctrl_c_prints_what_finished(tmp_path: Path, monkeypatch: pytest.Mon
 
     def run(self, spec):
         calls["n"] += 1
-        if calls["n"] == 4:  # the reference, batch 16, 32, then Ctrl-C
+        if calls["n"] == 5:  # the reference, the starting loader, batch 16, 32, then Ctrl-C
             raise KeyboardInterrupt
         return real_run(self, spec)
 
