@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from gpudoctor.lint.graph import carries_graph, graph_names
+from gpudoctor.lint.graph import carries_graph, graph_names, loss_names
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext
 
@@ -20,7 +20,10 @@ RATIONALE = (
     "help, the copy still records its history. Append `output.detach()` / "
     "`output.detach().cpu()`, or run evaluation under `torch.no_grad()` / "
     "`torch.inference_mode()`. The rule fires only for outputs of a known model or criterion, or "
-    "a loss that `.backward()` is called on."
+    "a loss that `.backward()` is called on. It stays silent on a local list inside a module's "
+    "`forward` (skip connections: those activations belong to the same graph and die with the "
+    "call), on a value last computed under `no_grad` in the same iteration, and on a list whose "
+    "losses are `.backward()`-ed later (the graphs are kept on purpose)."
 )
 BAD = "preds = []\nfor x, _ in loader:\n    out = model(x)\n    preds.append(out)\n"
 GOOD = ("preds = []\nwith torch.no_grad():\n    for x, _ in loader:\n        preds.append(model(x))\n"
@@ -41,6 +44,62 @@ def _self_list(ctx: FileContext, holder: ast.AST, where) -> bool:
     ) and not any(_inside(v, where.loop) for v, _ in values)
 
 
+def _in_forward(ctx: FileContext, where) -> bool:
+    """A module's own ``forward``: a local list there (U-Net skip connections) is part of the graph
+    being built and dies when the call returns."""
+    func, cls = where.func, where.cls
+    return (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name == "forward"
+            and cls is not None and cls.name in ctx.module_classes and where.loop not in ctx.step_loops)
+
+
+def _last_assign(ctx: FileContext, name: str, where, before: int):
+    """The last ``name = ...`` in the same function and loop body, above line ``before``."""
+    best = None
+    for stmt, at in ctx.stmts:
+        if (at.func is where.func and isinstance(stmt, ast.Assign) and _inside(stmt, where.loop)
+                and stmt.lineno < before and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)):
+            if best is None or stmt.lineno > best[0].lineno:
+                best = (stmt, at)
+    return best
+
+
+def _computed_without_grad(ctx: FileContext, node: ast.AST, where, before: int, depth: int = 0) -> bool:
+    """``loss = outputs.loss`` where ``outputs = model(x)`` ran under ``no_grad`` in this iteration."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        node = node.func.value if isinstance(node, ast.Call) else node.value  # out.loss, out.mean()
+    if not isinstance(node, ast.Name) or depth > 4:
+        return False
+    found = _last_assign(ctx, node.id, where, before)
+    if found is None:
+        return False
+    stmt, at = found
+    return at.no_grad or _computed_without_grad(ctx, stmt.value, where, stmt.lineno, depth + 1)
+
+
+def _backward_later(ctx: FileContext, name: str, func) -> bool:
+    """The list's losses are ``.backward()``-ed afterwards: ``losses[i].backward()``,
+    ``sum(losses).backward()``, ``loss = losses[i]`` / ``for loss in losses`` then ``loss.backward()``."""
+    losses = loss_names(ctx, func)
+    if name in losses:
+        return True
+    for stmt, at in ctx.stmts:
+        if at.func is not func:
+            continue
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in losses for t in stmt.targets):
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)):
+                return True
+        if (isinstance(stmt, (ast.For, ast.AsyncFor)) and isinstance(stmt.iter, ast.Name) and stmt.iter.id == name
+                and any(isinstance(n, ast.Name) and n.id in losses for n in ast.walk(stmt.target))):
+            return True
+    for call, at in ctx.calls:
+        if at.func is func and isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
+            if any(isinstance(n, ast.Name) and n.id == name for part in (call.func.value, *call.args)
+                   for n in ast.walk(part)):
+                return True
+    return False
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for stmt, where in ctx.stmts:
         if where.no_grad or where.loop is None or not isinstance(stmt, ast.Expr):
@@ -55,7 +114,11 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             # the list must outlive the loop: every assignment to it is outside the innermost loop
             if not values or any(_inside(v, where.loop) for v in values):
                 continue
+            if _in_forward(ctx, where) or _backward_later(ctx, holder.id, where.func):
+                continue
         elif not _self_list(ctx, holder, where):  # ``self.scores``: lives as long as the object
+            continue
+        if _computed_without_grad(ctx, call.args[0], where, stmt.lineno):
             continue
         if carries_graph(ctx, call.args[0], where, graph_names(ctx, where.func)):
             yield Hit(call)
