@@ -21,7 +21,9 @@ RATIONALE = (
     "Keep the running loss on the GPU (`total += loss.detach()`) and read it every N steps. The "
     "rule fires only on the step loop itself (the loop that calls `.backward()` or "
     "`optimizer.step()`) and never under an `if`, where logging usually is, in files that name a "
-    "device (CUDA, NCCL, `torch.accelerator`, a `device`)."
+    "device (CUDA, NCCL, `torch.accelerator`, a `device`). A read that follows an unconditional "
+    "`torch.cuda.synchronize()` in the same pass adds no wait (the device is already idle) and is "
+    "not reported."
 )
 BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    running += loss.item()\n"
 GOOD = ("for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    loss.backward()\n"
@@ -45,12 +47,27 @@ def _on_device(ctx: FileContext, node: ast.AST, func: object, graph: set[str]) -
     return False
 
 
+SYNCS = frozenset({"torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize"})
+
+
+def _synced_lines(ctx: FileContext) -> dict[object, int]:
+    """Step loop -> line of the first unconditional ``torch.cuda.synchronize()`` in its body."""
+    first: dict[object, int] = {}
+    for call, where in ctx.calls:
+        if where.loop in ctx.step_loops and not where.guarded and ctx.qualname(call.func) in SYNCS:
+            first[where.loop] = min(first.get(where.loop, call.lineno), call.lineno)
+    return first
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.uses_gpu:
         return  # CPU-only script: there is no device to wait for
+    synced = _synced_lines(ctx)
     for call, where in ctx.calls:
         if where.loop not in ctx.step_loops or where.guarded:
             continue
+        if synced.get(where.loop, call.lineno) < call.lineno:
+            continue  # the loop already waited for the device just above: this read costs nothing more
         if isinstance(call.func, ast.Attribute) and call.func.attr in METHODS and not call.args:
             # .item() is read from GPU memory in practice; .cpu()/.numpy()/.tolist() only when the
             # tensor is known to live there (a CPU batch's .tolist() costs no sync)
