@@ -21,6 +21,7 @@ from gpudoctor.lint.scope import (
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _GPU = re.compile(r"cuda|nccl|accelerator|device")
+_TEST_MODULE = re.compile(r"(?:^test_.*|.*_test|^conftest)\.py$")
 _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
 
 
@@ -28,7 +29,8 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
     """Analyse ``tree`` once: imports, local classes, enclosing frames, name kinds, step loops."""
     # "GPU code": the file names CUDA or NCCL somewhere (a device string, torch.cuda, a backend)
     ctx = FileContext(path=path, source=source, tree=tree, uses_cuda="cuda" in source or "nccl" in source,
-                      uses_gpu=bool(_GPU.search(source)))
+                      uses_gpu=bool(_GPU.search(source)),
+                      is_test=bool(_TEST_MODULE.match(re.split(r"[\\/]", path)[-1])))
     classes: list[ast.ClassDef] = []
     for node in _statements(tree.body):  # imports and classes are statements: skip expressions
         if isinstance(node, ast.Import):

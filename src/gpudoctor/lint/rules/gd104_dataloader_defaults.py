@@ -24,7 +24,9 @@ RATIONALE = (
     "`--fix` adds the missing `num_workers=4, pin_memory=True`; tune the worker count with "
     "`gpudoctor tune`. Only files that use CUDA are checked, and a loader built with `**kwargs` "
     "or a non-literal value is left alone; so is the worker count of a loader over a "
-    "`TensorDataset` (already in memory) or over a helper's `dataset` parameter."
+    "`TensorDataset` (already in memory) or over a helper's `dataset` parameter. Test modules "
+    "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
+    "check behaviour, not throughput."
 )
 BAD = "loader = DataLoader(train_set, batch_size=64, shuffle=True)\n"
 GOOD = "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)\n"
@@ -68,7 +70,7 @@ def missing(call: ast.Call, ctx: FileContext | None = None, func: object = None)
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.uses_cuda:
+    if not ctx.uses_cuda or ctx.is_test:
         return
     for call, where in ctx.calls:
         if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call):

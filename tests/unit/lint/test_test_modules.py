@@ -1,0 +1,50 @@
+"""Test modules (``test_*.py``, ``*_test.py``, ``conftest.py``) feed toy data to check behaviour:
+the throughput advice of GD104 and the DDP advice of GD401 does not apply there (held-out
+precision run, benchmarks/results/lint_precision_heldout.md). Only the file's own name counts:
+a training script in a folder called ``tests`` is still checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudoctor.lint.config import LintConfig
+from gpudoctor.lint.engine import lint_text
+from gpudoctor.lint.registry import select_rules
+
+SOURCE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)]), torch.tensor([float(i * i)])
+
+
+def check_wrapper_round_trip():
+    model = torch.nn.DataParallel(torch.nn.Linear(1, 1).cuda())
+    loader = DataLoader(Squares(), batch_size=4)
+    for x, y in loader:
+        loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+        loss.backward()
+"""
+
+
+def _codes(path: str) -> list[str]:
+    found = lint_text(SOURCE, path, select_rules(["GD104", "GD401"]), LintConfig())
+    return sorted(v.code for v in found)
+
+
+@pytest.mark.parametrize("path", ["tests/test_wrappers.py", "test_utils/scripts/test_script.py",
+                                  "pkg/wrappers_test.py", "conftest.py", "C:\\repo\\tests\\test_dp.py"])
+def test_test_modules_get_no_throughput_or_ddp_advice(path: str) -> None:
+    assert _codes(path) == []
+
+
+@pytest.mark.parametrize("path", ["train.py", "tests/train_smoke.py", "test_utils/scripts/run.py",
+                                  "contest.py", "latest_model.py"])
+def test_training_code_is_still_checked(path: str) -> None:
+    assert _codes(path) == ["GD104", "GD401"]
