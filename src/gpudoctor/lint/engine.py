@@ -18,7 +18,7 @@ from types import ModuleType
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.lint.config import LintConfig
 from gpudoctor.lint.fileio import SourceFile, decode, encode, is_regular, read_source, write_atomic
-from gpudoctor.lint.project import project_mentions, torch_floor
+from gpudoctor.lint.project import project_mentions, torch_ceiling, torch_floor
 from gpudoctor.lint.registry import select_rules
 from gpudoctor.lint.rule_run import noqa_map, run_rule, silenced
 from gpudoctor.lint.shell import lint_shell
@@ -70,9 +70,10 @@ def _column(lines: list[str], line: int, col_offset: int) -> int:
 
 
 def lint_source(source: str, path: str, rules: Sequence[ModuleType], *,
-                torch_floor: tuple[int, ...] | None = None, cv2_threads_elsewhere: bool = False) -> list[LintViolation]:
+                torch_floor: tuple[int, ...] | None = None, cv2_threads_elsewhere: bool = False,
+                torch_ceiling: tuple[int, ...] | None = None) -> list[LintViolation]:
     """Lint one file's text with ``rules``; never raises for bad input. ``torch_floor`` is the
-    project's lowest supported torch and ``cv2_threads_elsewhere`` whether another file of the
+    project's lowest supported torch, ``torch_ceiling`` its exclusive upper bound (a pin), and ``cv2_threads_elsewhere`` whether another file of the
     project calls ``cv2.setNumThreads`` (see :mod:`gpudoctor.lint.project`)."""
     lines = _LINES.split(source)
     try:
@@ -85,6 +86,7 @@ def lint_source(source: str, path: str, rules: Sequence[ModuleType], *,
                               message=f"SyntaxError: {reason} (file not checked; fix it and re-run)")]
     ctx = build_context(path, source, tree)
     ctx.torch_floor = torch_floor
+    ctx.torch_ceiling = torch_ceiling
     ctx.cv2_threads_elsewhere = cv2_threads_elsewhere
     rules = [rule for rule in rules if getattr(rule, "KIND", "py") == "py"]
     noqa = noqa_map(lines)
@@ -116,6 +118,12 @@ def _floor(source: str, path: str, config: LintConfig) -> tuple[int, ...] | None
     return torch_floor(path)
 
 
+def _ceiling(source: str, path: str, config: LintConfig) -> tuple[int, ...] | None:
+    if config.target_torch is not None or "torch" not in source or "amp" not in source:
+        return None  # only GD301 reads it
+    return torch_ceiling(path)
+
+
 def lint_text(source: str, path: str, rules: Sequence[ModuleType], config: LintConfig) -> list[LintViolation]:
     """Lint one file's text with the config's per-file ignores and torch floor applied."""
     skip = config.ignored_for(Path(path)) if config.per_file_ignores else ()
@@ -127,7 +135,7 @@ def lint_text(source: str, path: str, rules: Sequence[ModuleType], config: LintC
     cv2_elsewhere = ("cv2" in source and "setNumThreads" not in source and "num_workers" in source
                      and any(r.CODE == "GD105" for r in python) and project_mentions(path, "setNumThreads"))
     return lint_source(source, path, python, torch_floor=_floor(source, path, config),
-                       cv2_threads_elsewhere=cv2_elsewhere)
+                       cv2_threads_elsewhere=cv2_elsewhere, torch_ceiling=_ceiling(source, path, config))
 
 
 @dataclass

@@ -35,13 +35,27 @@ def floor_of(spec: str) -> tuple[int, ...] | None:
     return max(floors) if floors else None
 
 
-def _declared_in(folder: Path) -> tuple[bool, tuple[int, ...] | None]:
+def ceiling_of(spec: str) -> tuple[int, ...] | None:
+    """An exclusive upper bound a specifier puts on the version: every allowed version is below
+    it (``==1.13.1`` -> (1, 13, 1, 1), ``<2.4`` -> (2, 4), ``<=2.3`` -> (2, 3, 1)); None: unbounded."""
+    tops = []
+    for op, v in _CLAUSE.findall(spec):
+        if "*" in v:
+            continue
+        if op in ("==", "===", "<="):
+            tops.append(version_parts(v) + (1,))
+        elif op == "<":
+            tops.append(version_parts(v))
+    return min(tops) if tops else None
+
+
+def _declared_in(folder: Path) -> tuple[bool, tuple[int, ...] | None, tuple[int, ...] | None]:
     names = [folder / name for name in _FILES]
     try:
         names += sorted(folder.glob("requirements*.txt"))
     except OSError:
-        return False, None
-    found, floors = False, []
+        return False, None, None
+    found, floors, ceilings = False, [], []
     for file in names:
         try:
             if not file.is_file():
@@ -54,23 +68,32 @@ def _declared_in(folder: Path) -> tuple[bool, tuple[int, ...] | None]:
             floor = floor_of(match.group("spec"))
             if floor:
                 floors.append(floor)
-    return found, (min(floors) if floors else None)
+            ceilings.append(ceiling_of(match.group("spec")))
+    ceiling = None if not ceilings or None in ceilings else max(ceilings)  # any unbounded mention wins
+    return found, (min(floors) if floors else None), ceiling
 
 
 @lru_cache(maxsize=4096)
-def _folder_floor(folder: Path) -> tuple[int, ...] | None:
-    found, floor = _declared_in(folder)
+def _folder_bounds(folder: Path) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    found, floor, ceiling = _declared_in(folder)
     if found:
-        return floor
+        return floor, ceiling
     if any((folder / stop).exists() for stop in _STOP) or folder.parent == folder:
-        return None
-    return _folder_floor(folder.parent)
+        return None, None
+    return _folder_bounds(folder.parent)
 
 
 def torch_floor(path: str) -> tuple[int, ...] | None:
     """The declared lower bound on torch for the project holding ``path`` (None when unknown)."""
     folder = _folder_of(path)
-    return None if folder is None else _folder_floor(folder)
+    return None if folder is None else _folder_bounds(folder)[0]
+
+
+def torch_ceiling(path: str) -> tuple[int, ...] | None:
+    """The declared exclusive upper bound on torch (``torch==1.13.1`` pins below (1, 13, 1, 1));
+    None when any declaration leaves it open or nothing is declared."""
+    folder = _folder_of(path)
+    return None if folder is None else _folder_bounds(folder)[1]
 
 
 def _folder_of(path: str) -> Path | None:

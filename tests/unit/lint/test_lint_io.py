@@ -157,6 +157,22 @@ def test_torch_load_is_version_aware(tmp_path: Path, declared: str | None, fires
     assert lines == ([2, 3] if fires else [3])
 
 
+@pytest.mark.parametrize(("declared", "fires"), [("torch==1.13.1\n", False), ("torch>=1.10,<2.4\n", False),
+                                                  ("torch<=2.3.1\n", False), ("torch==2.4.0\n", True),
+                                                  ("torch>=1.13\n", True), ("torch==1.13.*\n", True),
+                                                  ("torch\n", True), (None, True)])
+def test_deprecated_amp_is_silent_below_a_pinned_torch(tmp_path: Path, declared: str | None, fires: bool) -> None:
+    """torch.cuda.amp is deprecated from 2.4: a project whose every declared torch is older gets no
+    FutureWarning and is not told to migrate (held-out run: a repository pinning torch==1.13.1)."""
+    (tmp_path / ".git").mkdir()
+    if declared is not None:
+        (tmp_path / "requirements.txt").write_text(f"timm\n{declared}", encoding="utf-8")
+    (tmp_path / "step.py").write_text(
+        "import torch\nwith torch.cuda.amp.autocast():\n    pass\n", encoding="utf-8")
+    lines = [v.line for v in run_lint([tmp_path], select=["GD301"]).report.violations]
+    assert lines == ([2] if fires else [])
+
+
 def test_pyproject_dependencies_and_target_torch(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["torch>=2.6", "numpy"]\n', encoding="utf-8")

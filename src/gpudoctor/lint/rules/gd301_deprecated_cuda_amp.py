@@ -22,7 +22,8 @@ RATIONALE = (
     " the calls, decorators and `from torch.cuda.amp import ...` lines. Compatibility code is left "
     "alone: the fallback in an `except` handler, a branch that tests the torch version, and a "
     "project whose declared torch floor predates the replacement (`torch.amp.GradScaler` needs "
-    "2.3, `torch.amp.autocast` 1.10, `custom_fwd(device_type=...)` 2.4)."
+    "2.3, `torch.amp.autocast` 1.10, `custom_fwd(device_type=...)` 2.4), or whose declared torch "
+    "is capped below 2.4 (`torch==1.13.1`, `torch<2.4`), where nothing is deprecated yet."
 )
 BAD = "scaler = torch.cuda.amp.GradScaler()\nwith torch.cuda.amp.autocast():\n    loss = model(x)\n"
 GOOD = "scaler = torch.amp.GradScaler(\"cuda\")\nwith torch.amp.autocast(\"cuda\"):\n    loss = model(x)\n"
@@ -41,14 +42,18 @@ def _message(qual: str) -> str:
 
 
 # the version that brought the replacement: a project supporting older torch cannot switch
+DEPRECATED_SINCE = (2, 4)
 SINCE = {"autocast": (1, 10), "GradScaler": (2, 3), "custom_fwd": (2, 4), "custom_bwd": (2, 4)}
 
 
 def _actionable(ctx: FileContext, node: ast.AST, name: str | None) -> bool:
-    """False in compatibility code (a version test or an ``except`` fallback) and when the
-    project's declared torch floor predates the replacement."""
+    """False in compatibility code (a version test or an ``except`` fallback), when the
+    project's declared torch floor predates the replacement, and when its declared torch is
+    capped below the deprecation (a pin such as ``torch==1.13.1``)."""
     if version_gated(ctx, node):
         return False
+    if ctx.torch_ceiling is not None and ctx.torch_ceiling <= DEPRECATED_SINCE:
+        return False  # every torch the project declares predates the deprecation
     floor = ctx.torch_floor
     return floor is None or name is None or floor >= SINCE.get(name, (0,))
 
