@@ -52,11 +52,19 @@ def _in_forward(ctx: FileContext, where) -> bool:
             and cls is not None and cls.name in ctx.module_classes and where.loop not in ctx.step_loops)
 
 
+def _func_stmts(ctx: FileContext, func) -> list:
+    """The statements of one function (cached: several appends per function ask)."""
+    key = ("gd202-stmts", func)
+    if key not in ctx.cache:
+        ctx.cache[key] = [(stmt, at) for stmt, at in ctx.stmts if at.func is func]
+    return ctx.cache[key]
+
+
 def _last_assign(ctx: FileContext, name: str, where, before: int):
     """The last ``name = ...`` in the same function and loop body, above line ``before``."""
     best = None
-    for stmt, at in ctx.stmts:
-        if (at.func is where.func and isinstance(stmt, ast.Assign) and _inside(stmt, where.loop)
+    for stmt, at in _func_stmts(ctx, where.func):
+        if (isinstance(stmt, ast.Assign) and _inside(stmt, where.loop)
                 and stmt.lineno < before and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)):
             if best is None or stmt.lineno > best[0].lineno:
                 best = (stmt, at)
@@ -83,9 +91,7 @@ def _backward_later(ctx: FileContext, name: str, func) -> bool:
     losses = loss_names(ctx, func)
     if name in losses:
         return True
-    for stmt, at in ctx.stmts:
-        if at.func is not func:
-            continue
+    for stmt, _ in _func_stmts(ctx, func):
         if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in losses for t in stmt.targets):
             if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)):
                 return True
