@@ -65,11 +65,13 @@ def _rate(trial: Trial) -> float | None:
     return trial.samples_per_s if trial.verdict is TrialVerdict.OK else None
 
 
-def _steps(ctx: TuneContext, batch: int) -> int:
-    """Measured steps per loader trial: one epoch of this rank's shard or about 3 s of the GPU's
-    work, whichever is shorter, at least 4: long enough to drain the prefetch queue."""
+def loader_steps(ctx: TuneContext, batch: int, rate: float | None = None) -> int:
+    """Measured steps per run through the loader: one epoch of this rank's shard or about 3 s at
+    ``rate`` (default: the GPU's consumption rate), whichever is shorter, at least 4: long enough to
+    drain the prefetch queue."""
+    rate = rate or ctx.consumption_rate
     per_epoch = max(1, len(ctx.target.train_dataset) // ctx.world_size // batch)
-    by_time = math.ceil(3.0 * ctx.consumption_rate / batch) if ctx.consumption_rate else ctx.options.steps
+    by_time = math.ceil(3.0 * rate / batch) if rate else ctx.options.steps
     return max(4, min(per_epoch, by_time))
 
 
@@ -141,7 +143,7 @@ def tune_loader(ctx: TuneContext) -> KnobResult:
     target = ctx.consumption_rate
     if target:
         notes.append(f"GPU consumption rate (data already on the device): {target:,.0f} samples/s per rank")
-    steps = _steps(ctx, batch)
+    steps = loader_steps(ctx, batch)
     pin = ctx.cuda
 
     def label(s: LoaderSettings, shown: str = "") -> str:
