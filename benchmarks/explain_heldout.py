@@ -83,7 +83,8 @@ def run(label: str) -> dict:
 
 
 def table(before: dict, after: dict) -> str:
-    rows = ["| case | expected (right root cause) | before | after |", "|---|---|---|---|"]
+    rows = ["| case (issue) | issue title | expected (right root cause) | before | after |",
+            "|---|---|---|---|---|"]
     for name, a in after["results"].items():
         b = before["results"].get(name, {})
 
@@ -93,7 +94,9 @@ def table(before: dict, after: dict) -> str:
             return r["verdict"] + (f" (`{r['judged']}`)" if r.get("judged") else "")
 
         expected = ", ".join(f"`{e}`" for e in a["expected"]) or "nothing (a user-code bug)"
-        rows.append(f"| [{name}]({a['source']}) | {expected} | {cell(b)} | {cell(a)} |")
+        title = a["title"].replace("|", "\\|")
+        title = title if len(title) <= 90 else title[:87] + "..."
+        rows.append(f"| [{name}]({a['source']}) | {title} | {expected} | {cell(b)} | {cell(a)} |")
     return "\n".join(rows)
 
 

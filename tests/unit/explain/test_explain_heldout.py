@@ -107,8 +107,10 @@ def test_input_and_parameter_type_checks(line: str, entry: str) -> None:
 
 @pytest.mark.parametrize("line", [
     # NCCL 2.12-era and 2.2x-era wordings of an InfiniBand completion error
-    "node3:77:91 [2] NCCL INFO NET/IB : Got completion from peer 10.0.0.7<4242> with error 12, opcode 0, len 0, vendor err 129",
-    "node3:77:91 [2] ib_plugin.c:1615 NCCL WARN NET/IB: Got completion from peer 10.0.0.7<4242> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 localGid ::ffff:10.0.0.3 hca mlx5_0",
+    "node3:77:91 [2] NCCL INFO NET/IB : Got completion from peer 10.0.0.7<4242> with error 12, opcode 0, "
+    "len 0, vendor err 129",
+    "node3:77:91 [2] ib_plugin.c:1615 NCCL WARN NET/IB: Got completion from peer 10.0.0.7<4242> with "
+    "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 localGid ::ffff:10.0.0.3 hca mlx5_0",
 ])
 def test_infiniband_completion_errors_are_a_peer_or_network_failure(line: str) -> None:
     assert _first(line)[0] == "nccl-remote-error"
@@ -116,7 +118,8 @@ def test_infiniband_completion_errors_are_a_peer_or_network_failure(line: str) -
 
 def test_a_python_traceback_through_a_collective_is_not_a_stack_dump_hang() -> None:
     text = ('Traceback (most recent call last):\n'
-            '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2050, in all_reduce\n'
+            '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
+            'line 2050, in all_reduce\n'
             '    work.wait()\n'
             'RuntimeError: NCCL communicator was aborted on rank 1.')
     assert "collective-hang" not in _first(text)[1]
