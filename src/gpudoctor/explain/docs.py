@@ -37,6 +37,16 @@ lower case is two characters long) takes 3.2-3.8 s on this shared 2-core machine
 before this change; 19.5 s in the issue's measurement); 50 MB of random bytes is refused in 0.6-0.8 s
 for the whole command, 0.1 ms of it the check, 37 MB RSS.
 
+Accuracy on real reports it was not written against (benchmarks/results/explain_heldout.md): 40
+error reports quoted from public GitHub issues (OOMs, NCCL timeouts and errors, device-side asserts,
+DDP, autograd, dtype, cuDNN, DataLoader, driver and GPU-architecture errors, torch.compile,
+checkpoints, NaN, a hung job's stack dump, and 3 failures no entry should claim), each judged against
+the root cause its thread found: **37 of 40 answered correctly before any change** (31 right root
+causes, 6 honest "unknown"; 1 wrong: sibling ranks' small CUDA contexts taken for the cause of a
+fragmentation OOM; 2 missed: a transformers Trainer `'grad_norm': nan` log and an InfiniBand
+completion error). The general fixes and the 6 entries this led to give 40 of 40 on the same set,
+which is fitted to it and so not a held-out figure. On failures produced for real on an H200: 12 of 12.
+
 ## How a long log is read
 
 * **Rank prefixes** are recognised and removed before matching: `[rank3]:` (PyTorch >= 2.2),

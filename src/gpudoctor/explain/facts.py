@@ -112,17 +112,25 @@ def oom_request_exceeds_total(text: str) -> tuple[bool, tuple[str, ...]]:
 
 
 def oom_other_processes(text: str) -> tuple[bool, tuple[str, ...]]:
-    """Other processes hold memory on the GPU: two or more listed, or one next to this process's
-    own line (a single 'Process N has' without it is usually this process seen from a container)."""
+    """Other processes hold memory on the GPU (two or more listed, or one next to this process's
+    own line: a single 'Process N has' without it is usually this process seen from a container)
+    and they are why the request failed: with their memory free it would have fitted. Small
+    contexts of sibling ranks next to a request they could not have made room for are a side
+    fact, not the cause (the note still names them)."""
     facts = parse_oom(text)
     if facts is None:
         return False, ()
     others = facts.other_processes
-    passed = len(others) >= 2 or (
+    listed = len(others) >= 2 or (
         len(others) == 1 and facts.this_process is not None and others[0] >= 256 * MIB
     )
-    note = f"{len(others)} other process(es) hold {human_bytes(sum(others), 2)} on this GPU"
-    return passed, (note,) if others else ()
+    held = sum(others)
+    decisive = facts.free is None or facts.free + held >= facts.requested
+    note = f"{len(others)} other process(es) hold {human_bytes(held, 2)} on this GPU"
+    if listed and not decisive:
+        note += (f"; even with it free, {human_bytes(facts.free + held, 2)} < the "
+                 f"{human_bytes(facts.requested, 2)} requested")
+    return listed and decisive, (note,) if others else ()
 
 
 CHECKS: dict[str, Callable[[str], tuple[bool, tuple[str, ...]]]] = {
@@ -133,7 +141,7 @@ CHECKS: dict[str, Callable[[str], tuple[bool, tuple[str, ...]]]] = {
 
 
 _LOSS_VALUE = re.compile(
-    r"\bloss\b[\w\s]*?[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
+    r"(?<![a-z0-9])loss\b[\w\s]*?['\"]?\s*[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
     re.IGNORECASE,
 )
 _STEP = re.compile(r"\b(?P<k>step|iter|iteration|it|epoch|batch)\b\s*[:=#]?\s*\[?(?P<n>\d+)", re.IGNORECASE)

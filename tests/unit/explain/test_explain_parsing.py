@@ -96,3 +96,26 @@ def test_a_single_process_line_is_not_other_processes() -> None:
     single = ("Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 44.53 GiB of which 187.94 MiB "
               "is free. Process 3909982 has 44.34 GiB memory in use.")
     assert oom_other_processes(single)[0] is False
+
+
+# modelscope/ms-swift#6301 (held-out set): three sibling ranks' 474 MiB contexts on the GPU, but the
+# 4.35 GiB request would not have fitted without them either; 8.56 GiB sits reserved-but-unallocated
+ZERO3_RANK11 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB. GPU 3 has a total capacity "
+    "of 63.42 GiB of which 1.70 GiB is free. Process 2521735 has 474.00 MiB memory in use. Including "
+    "non-PyTorch memory, this process has 60.30 GiB memory in use. Process 2521734 has 474.00 MiB "
+    "memory in use. Process 2521733 has 474.00 MiB memory in use. Of the allocated memory 50.94 GiB is "
+    "allocated by PyTorch, and 8.56 GiB is reserved by PyTorch but unallocated."
+)
+
+
+def test_other_processes_that_could_not_have_made_room_are_not_the_cause() -> None:
+    passed, notes = oom_other_processes(ZERO3_RANK11)
+    assert passed is False
+    assert "3 other process(es) hold 1.39 GiB" in notes[0] and "< the 4.35 GiB requested" in notes[0]
+    assert oom_fragmentation(ZERO3_RANK11)[0] is True
+
+
+def test_other_processes_whose_memory_would_have_fitted_the_request_are_the_cause() -> None:
+    text = ZERO3_RANK11.replace("474.00 MiB", "4.00 GiB")
+    assert oom_other_processes(text)[0] is True
