@@ -53,7 +53,8 @@ target-torch = "2.6"                  # lowest torch the code runs on
 `--select`/`--ignore` on the command line replace the table's. **Version-aware rules** (GD601
 `torch.load` without `weights_only`, GD301 deprecated `torch.cuda.amp`) read the lowest torch the
 project declares: `target-torch`, else the nearest `requirements*.txt`, `pyproject.toml`, `setup.py` or
-`setup.cfg` naming `torch` at or above the file (stopping at the repository root). The installed torch
+`setup.cfg` naming `torch` at or above the file (stopping at the repository root; a `setup.py` counts
+only when it calls setuptools' `setup()`, and its `import torch` lines declare nothing). The installed torch
 is not consulted: lint runs in CI and pre-commit, not where the training runs.
 
 **Exit codes** (as ruff's): `0` nothing found, `1` violations found (including a file that does not
