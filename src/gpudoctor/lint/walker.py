@@ -23,6 +23,9 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _GPU = re.compile(r"cuda|nccl|accelerator|device")
 _TEST_MODULE = re.compile(r"(?:^test_.*|.*_test|^conftest)\.py$")
 _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
+# GPU frameworks other than PyTorch: a file importing one of them and never torch runs its GPU
+# work there, and the torch advice (torch.cuda.synchronize, DataLoader workers) does not apply
+_OTHER_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "jax", "paddle", "oneflow", "mindspore", "cupy"})
 
 
 def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
@@ -45,6 +48,9 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
                 ctx.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.ClassDef):
             classes.append(node)
+    tops = {q.split(".")[0] for q in ctx.imports.values()}
+    if "torch" not in tops and tops & _OTHER_FRAMEWORKS:
+        ctx.uses_cuda = ctx.uses_gpu = False
     for _ in range(2):  # two rounds resolve a local base class defined after its subclass
         for cls in classes:
             for base in cls.bases:
