@@ -15,7 +15,8 @@ recursively, skipping hidden, virtual-environment and build directories, and any
 regular file, such as a FIFO named `x.py`), parses each once with the standard library's `ast`, and
 reports the pitfalls that make PyTorch training on NVIDIA GPUs slow, leak memory, produce NaN or hang
 under DDP. Every rule knows its scope — which names hold tensors and which hold `nn.Module`s, what a
-training step loop is (the loop that calls `.backward()` or `optimizer.step()`), what runs under
+training step loop is (the loop that calls `.backward()`, `optimizer.step()` or a helper given both a
+loss and an optimizer, such as `loss_scaler(loss, optimizer)`), what runs under
 autocast or `no_grad`, what a `Dataset.__getitem__` is — and **stays silent when it cannot decide
 statically** (a function parameter, a name assigned two different kinds of value, a `**kwargs` call).
 

@@ -63,7 +63,8 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
     _Walker(ctx).visit(tree, Where())
     _infer_kinds(ctx)
     for call, where in ctx.calls:
-        if where.loop is not None and (is_backward(call) or is_optimizer_step(call, ctx, where)):
+        if where.loop is not None and (is_backward(call) or is_optimizer_step(call, ctx, where)
+                                       or is_helper_step(call, ctx, where)):
             ctx.step_loops.add(where.loop)
     return ctx
 
@@ -93,6 +94,21 @@ def is_optimizer_step(call: ast.Call, ctx: FileContext, where: Where) -> bool:
         return True
     name = last_ident(recv).lower()
     return "sched" not in name and ("optim" in name or name in ("opt", "scaler") or name.endswith("_opt"))
+
+
+def _optimizer_like(node: ast.AST, ctx: FileContext, where: Where) -> bool:
+    if ctx.kind(node, where.func) == "optimizer":
+        return True
+    name = last_ident(node).lower()
+    return "sched" not in name and ("optim" in name or name == "opt" or name.endswith("_opt"))
+
+
+def is_helper_step(call: ast.Call, ctx: FileContext, where: Where) -> bool:
+    """A helper that runs backward and the step: ``loss_scaler(loss, optimizer, parameters=...)``
+    (DeiT's/MAE's NativeScaler), i.e. a call given both a loss and an optimizer."""
+    args = list(call.args) + [k.value for k in call.keywords]
+    has_loss = any(isinstance(a, ast.Name) and "loss" in a.id.lower() for a in args)
+    return has_loss and any(_optimizer_like(a, ctx, where) for a in args)
 
 
 def autocast_state(item: ast.withitem, ctx: FileContext, func: ast.AST | None) -> bool | None:
