@@ -3,7 +3,8 @@
 Rules whose claim depends on the PyTorch version (``torch.load``'s ``weights_only`` default became
 True in 2.6; ``torch.amp.GradScaler`` exists from 2.3) ask :func:`torch_floor`. It walks up from a
 file's folder to the nearest folder whose ``requirements*.txt``, ``pyproject.toml``, ``setup.py``
-or ``setup.cfg`` names ``torch``, and returns the lower bound there (``torch>=2.6`` -> (2, 6)), or
+or ``setup.cfg`` names ``torch`` (a ``setup.py`` only when it calls setuptools' ``setup()``, and
+never through its ``import torch`` lines), and returns the lower bound there (``torch>=2.6`` -> (2, 6)), or
 None when the requirement has no lower bound or nothing is declared. The installed torch is not
 consulted: lint runs in CI and pre-commit environments, not where training runs (and a
 pre-commit environment has no torch). ``target-torch`` in ``[tool.gpudoctor.lint]`` overrides it.
@@ -26,6 +27,8 @@ _REQ = re.compile(
     re.MULTILINE,
 )
 _CLAUSE = re.compile(r"(===|>=|==|~=|<=|!=|>|<)\s*([0-9][0-9a-z.*+]*)")
+_SETUP_CALL = re.compile(r"^\s*(?:[\w.]+\.)?setup\s*\(", re.MULTILINE)
+_IMPORT_LINE = re.compile(r"^\s*(?:import|from)\s.*$", re.MULTILINE)
 _STOP = (".git", ".hg")
 
 
@@ -49,6 +52,15 @@ def ceiling_of(spec: str) -> tuple[int, ...] | None:
     return min(tops) if tops else None
 
 
+def _packaging_text(text: str) -> str:
+    """What a ``setup.py`` declares: nothing unless it calls ``setup(...)`` from setuptools or
+    distutils (a module of a package may be named ``setup.py``), and never its ``import torch``
+    lines (a CUDA-extension build imports torch without declaring a version)."""
+    if not ("setuptools" in text or "distutils" in text) or not _SETUP_CALL.search(text):
+        return ""
+    return _IMPORT_LINE.sub("", text)
+
+
 def _declared_in(folder: Path) -> tuple[bool, tuple[int, ...] | None, tuple[int, ...] | None]:
     names = [folder / name for name in _FILES]
     try:
@@ -63,6 +75,8 @@ def _declared_in(folder: Path) -> tuple[bool, tuple[int, ...] | None, tuple[int,
             text = file.read_text(encoding="utf-8", errors="replace")[:200_000]
         except OSError:
             continue
+        if file.name == "setup.py":
+            text = _packaging_text(text)
         for match in _REQ.finditer(text):
             found = True
             floor = floor_of(match.group("spec"))

@@ -23,6 +23,9 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _GPU = re.compile(r"cuda|nccl|accelerator|device")
 _TEST_MODULE = re.compile(r"(?:^test_.*|.*_test|^conftest)\.py$")
 _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
+# GPU frameworks other than PyTorch: a file importing one of them and never torch runs its GPU
+# work there, and the torch advice (torch.cuda.synchronize, DataLoader workers) does not apply
+_OTHER_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "jax", "paddle", "oneflow", "mindspore", "cupy"})
 
 
 def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
@@ -45,6 +48,9 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
                 ctx.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.ClassDef):
             classes.append(node)
+    tops = {q.split(".")[0] for q in ctx.imports.values()}
+    if "torch" not in tops and tops & _OTHER_FRAMEWORKS:
+        ctx.uses_cuda = ctx.uses_gpu = False
     for _ in range(2):  # two rounds resolve a local base class defined after its subclass
         for cls in classes:
             for base in cls.bases:
@@ -57,7 +63,8 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
     _Walker(ctx).visit(tree, Where())
     _infer_kinds(ctx)
     for call, where in ctx.calls:
-        if where.loop is not None and (is_backward(call) or is_optimizer_step(call, ctx, where)):
+        if where.loop is not None and (is_backward(call) or is_optimizer_step(call, ctx, where)
+                                       or is_helper_step(call, ctx, where)):
             ctx.step_loops.add(where.loop)
     return ctx
 
@@ -87,6 +94,21 @@ def is_optimizer_step(call: ast.Call, ctx: FileContext, where: Where) -> bool:
         return True
     name = last_ident(recv).lower()
     return "sched" not in name and ("optim" in name or name in ("opt", "scaler") or name.endswith("_opt"))
+
+
+def _optimizer_like(node: ast.AST, ctx: FileContext, where: Where) -> bool:
+    if ctx.kind(node, where.func) == "optimizer":
+        return True
+    name = last_ident(node).lower()
+    return "sched" not in name and ("optim" in name or name == "opt" or name.endswith("_opt"))
+
+
+def is_helper_step(call: ast.Call, ctx: FileContext, where: Where) -> bool:
+    """A helper that runs backward and the step: ``loss_scaler(loss, optimizer, parameters=...)``
+    (DeiT's/MAE's NativeScaler), i.e. a call given both a loss and an optimizer."""
+    args = list(call.args) + [k.value for k in call.keywords]
+    has_loss = any(isinstance(a, ast.Name) and "loss" in a.id.lower() for a in args)
+    return has_loss and any(_optimizer_like(a, ctx, where) for a in args)
 
 
 def autocast_state(item: ast.withitem, ctx: FileContext, func: ast.AST | None) -> bool | None:

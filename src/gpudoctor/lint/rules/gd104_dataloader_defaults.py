@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
-from gpudoctor.lint.scope import FileContext, has_star_kwargs, is_const, kwarg
+from gpudoctor.lint.scope import TENSOR_FACTORIES, FileContext, call_name, has_star_kwargs, is_const, kwarg
 
 CODE = "GD104"
 NAME = "dataloader-defaults"
@@ -23,8 +23,11 @@ RATIONALE = (
     "measured ceilings): the seeds' symptom is GPU-Util under 50% while a CPU core is at 100%. "
     "`--fix` adds the missing `num_workers=4, pin_memory=True`; tune the worker count with "
     "`gpudoctor tune`. Only files that use CUDA are checked, and a loader built with `**kwargs` "
-    "or a non-literal value is left alone; so is the worker count of a loader over a "
-    "`TensorDataset` (already in memory) or over a helper's `dataset` parameter. Test modules "
+    "or a non-literal value is left alone; so is the worker count (default or 0) of a loader over"
+    " data already in memory (a `TensorDataset`, or a Dataset class of the file whose "
+    "`__getitem__` only indexes what it holds) or over a helper's `dataset` parameter, and the "
+    "pinning of a `TensorDataset` whose tensors are not visibly on the CPU (they may already be "
+    "on the GPU, where pinning raises). Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
     "check behaviour, not throughput."
 )
@@ -34,20 +37,72 @@ LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader
 
 
 IN_MEMORY = frozenset({"TensorDataset", "StackDataset"})
+# what a ``__getitem__`` that only indexes samples held in memory may call
+_CHEAP = frozenset({"type", "long", "int", "float", "half", "bfloat16", "bool", "clone", "len", "tensor",
+                    "as_tensor", "from_numpy", "contiguous", "view", "reshape", "squeeze", "unsqueeze"})
+
+
+def _dataset_expr(ctx: FileContext, call: ast.Call, func: object) -> ast.AST | None:
+    data = call.args[0] if call.args else kwarg(call, "dataset")
+    if isinstance(data, ast.Name) and data.id not in ctx.params.get(func, ()):
+        values = ctx.assigned(data.id, func)
+        return values[-1] if len(values) == 1 else data
+    return data
+
+
+def _indexes_held_data(ctx: FileContext, name: str) -> bool:
+    """A Dataset class of this file whose ``__getitem__`` only indexes what the object holds
+    (``self.samples[i]["input_ids"].long()``): no file, decoder, tokenizer or transform call."""
+    key = ("gd104-held", name)
+    if key not in ctx.cache:
+        getitem = next((f for node in ast.walk(ctx.tree) if isinstance(node, ast.ClassDef) and node.name == name
+                        for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__getitem__"), None)
+        nodes = list(ast.walk(getitem)) if getitem is not None else []
+        held = any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute)
+                   and isinstance(n.value.value, ast.Name) and n.value.value.id == "self" for n in nodes)
+        ctx.cache[key] = held and name in ctx.dataset_classes and all(
+            call_name(n) in _CHEAP for n in nodes if isinstance(n, ast.Call))
+    return ctx.cache[key]
 
 
 def _in_memory(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
-    """The dataset is tensors already in memory (``TensorDataset``) or a parameter of a helper
+    """The dataset is tensors already in memory (``TensorDataset``, or a class of this file whose
+    ``__getitem__`` only indexes what it holds) or a parameter of a helper
     (``def make_loader(dataset): ...``) whose loading cost cannot be known here."""
     data = call.args[0] if call.args else kwarg(call, "dataset")
     if ctx is None or data is None:
         return False
-    if isinstance(data, ast.Name):
-        if data.id in ctx.params.get(func, ()):
-            return True
-        values = ctx.assigned(data.id, func)
-        data = values[-1] if len(values) == 1 else data
-    return isinstance(data, ast.Call) and (ctx.qualname(data.func) or "").rsplit(".", 1)[-1] in IN_MEMORY
+    if isinstance(data, ast.Name) and data.id in ctx.params.get(func, ()):
+        return True
+    data = _dataset_expr(ctx, call, func)
+    if not isinstance(data, ast.Call):
+        return False
+    if isinstance(data.func, ast.Name) and _indexes_held_data(ctx, data.func.id):
+        return True
+    return (ctx.qualname(data.func) or "").rsplit(".", 1)[-1] in IN_MEMORY
+
+
+def _visibly_cpu(ctx: FileContext, node: ast.AST, func: object) -> bool:
+    """``torch.randn(...)`` without ``device=``, ``torch.from_numpy(a)``, ``x.cpu()``."""
+    if isinstance(node, ast.Name):
+        values = ctx.assigned(node.id, func)
+        return len(values) == 1 and _visibly_cpu(ctx, values[0], func)
+    if not isinstance(node, ast.Call):
+        return False
+    if call_name(node) in ("cpu", "numpy"):
+        return True
+    q = ctx.qualname(node.func) or ""
+    return (q.startswith("torch.") and q.rsplit(".", 1)[-1] in TENSOR_FACTORIES
+            and kwarg(node, "device") is None)
+
+
+def _pin_unsafe(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
+    """A ``TensorDataset`` of tensors not visibly on the CPU (features a model computed, say):
+    they may already be on the GPU, where ``pin_memory=True`` raises and gains nothing."""
+    data = _dataset_expr(ctx, call, func) if ctx is not None else None
+    if not (isinstance(data, ast.Call) and (ctx.qualname(data.func) or "").rsplit(".", 1)[-1] in IN_MEMORY):
+        return False
+    return not all(_visibly_cpu(ctx, arg, func) for arg in data.args)
 
 
 def missing(call: ast.Call, ctx: FileContext | None = None, func: object = None) -> tuple[list[str], list[str]]:
@@ -58,12 +113,13 @@ def missing(call: ast.Call, ctx: FileContext | None = None, func: object = None)
         if not _in_memory(ctx, call, func):
             problems.append("num_workers=0 (the default)")
             addable.append("num_workers")
-    elif is_const(workers, 0):
+    elif is_const(workers, 0) and not _in_memory(ctx, call, func):
         problems.append("num_workers=0")
     pin = kwarg(call, "pin_memory")
     if pin is None and len(call.args) < 8:
-        problems.append("pin_memory=False (the default)")
-        addable.append("pin_memory")
+        if not _pin_unsafe(ctx, call, func):
+            problems.append("pin_memory=False (the default)")
+            addable.append("pin_memory")
     elif is_const(pin, False):
         problems.append("pin_memory=False")
     return problems, addable

@@ -21,8 +21,9 @@ RATIONALE = (
     "`output.detach().cpu()`, or run evaluation under `torch.no_grad()` / "
     "`torch.inference_mode()`. The rule fires only for outputs of a known model or criterion, or "
     "a loss that `.backward()` is called on. It stays silent on a local list inside a module's "
-    "`forward` (skip connections: those activations belong to the same graph and die with the "
-    "call), on a value last computed under `no_grad` in the same iteration, and on a list whose "
+    "`forward`, or in another of its methods looping over its own blocks (skip connections, "
+    "feature vectors: those activations belong to the same graph and die with the call), on a "
+    "value last computed under `no_grad` in the same iteration, and on a list whose "
     "losses are `.backward()`-ed later (the graphs are kept on purpose)."
 )
 BAD = "preds = []\nfor x, _ in loader:\n    out = model(x)\n    preds.append(out)\n"
@@ -45,11 +46,17 @@ def _self_list(ctx: FileContext, holder: ast.AST, where) -> bool:
 
 
 def _in_forward(ctx: FileContext, where) -> bool:
-    """A module's own ``forward``: a local list there (U-Net skip connections) is part of the graph
-    being built and dies when the call returns."""
+    """A module's own ``forward``, or another of its methods looping over its own blocks
+    (``for module in self.input_blocks``): a local list there (U-Net skip connections, feature
+    vectors) is part of the graph being built and dies when the call returns."""
     func, cls = where.func, where.cls
-    return (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name == "forward"
-            and cls is not None and cls.name in ctx.module_classes and where.loop not in ctx.step_loops)
+    if not (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and cls is not None
+            and cls.name in ctx.module_classes and where.loop not in ctx.step_loops):
+        return False
+    loop_iter = getattr(where.loop, "iter", None)
+    return func.name == "forward" or (loop_iter is not None and any(
+        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        for n in ast.walk(loop_iter)))
 
 
 def _func_stmts(ctx: FileContext, func) -> list:

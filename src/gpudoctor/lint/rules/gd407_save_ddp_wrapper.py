@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
-from gpudoctor.lint.scope import FileContext
+from gpudoctor.lint.scope import FileContext, call_name
 
 CODE = "GD407"
 NAME = "save-ddp-wrapper"
@@ -22,7 +22,9 @@ RATIONALE = (
     "key(s): module.conv1.weight'). Save the inner model, `ddp_model.module.state_dict()`, from "
     "rank 0 only. The rule fires when the saved name was last assigned a DDP/DataParallel wrapper"
     " before the `torch.save` call, also when the state dict goes through a variable or a dict "
-    "(`ckpt = {\"model\": model.state_dict()}`) first."
+    "(`ckpt = {\"model\": model.state_dict()}`) first. A resume checkpoint that the same function "
+    "loads back into the wrapper itself (`model.load_state_dict(...)` after wrapping) round-trips "
+    "the prefix and is not reported."
 )
 BAD = "model = DDP(model, device_ids=[rank])\ntorch.save(model.state_dict(), \"ckpt.pt\")\n"
 GOOD = "model = DDP(model, device_ids=[rank])\ntorch.save(model.module.state_dict(), \"ckpt.pt\")\n"
@@ -49,6 +51,18 @@ def _saved(ctx: FileContext, expr: ast.AST, func: object, line: int, depth: int 
                     yield from _saved(ctx, stmt.value, func, line, depth + 1)
 
 
+def _loaded_back(ctx: FileContext, name: str, func: object) -> bool:
+    """The same function loads a state dict into the wrapper itself (``model.load_state_dict(...)``
+    with ``model`` the DDP wrapper there): a resume checkpoint whose ``module.`` keys round-trip."""
+    for call, where in ctx.calls:
+        if (where.func is func and call_name(call) == "load_state_dict" and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == name):
+            value = _last_before(ctx, name, func, call.lineno + 1)
+            if value is not None and ctx.expr_kind(value, func) == "wrapper":
+                return True
+    return False
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for call, where in ctx.calls:
         if ctx.qualname(call.func) != "torch.save" or not call.args:
@@ -60,7 +74,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             owner = node.func.value
             if isinstance(owner, ast.Name):
                 value = _last_before(ctx, owner.id, where.func, node.lineno + 1)
-                if value is not None and ctx.expr_kind(value, where.func) == "wrapper":
+                if (value is not None and ctx.expr_kind(value, where.func) == "wrapper"
+                        and not _loaded_back(ctx, owner.id, where.func)):
                     yield Hit(node)
             elif ctx.attr_kind(owner, where.func) == "wrapper":  # ``self.model = DDP(...)``
                 yield Hit(node)

@@ -25,8 +25,11 @@ RATIONALE = (
     "`torch.cuda.Event(enable_timing=True)` pairs and read `start.elapsed_time(end)`. The rule "
     "fires when the timed region contains known GPU work (backward, an optimizer step, a model "
     "call, a CUDA matmul) and no synchronising call (`synchronize`, `.item()`, `.cpu()`, ...) "
-    "lies between the two readings. Loop-to-loop timing (`dt = t1 - t0; t0 = t1`) spans "
-    "whole iterations, so a sync anywhere in that loop (a `.item()` under `if`) settles it."
+    "lies between the two readings. Loop-to-loop timing (`dt = t1 - t0; t0 = t1`) and time since"
+    " a start taken before the loop span whole iterations, so a sync anywhere in that loop (a "
+    "`.item()` under `if`) settles them; a start re-taken at the top of each iteration does not "
+    "(it times that step's kernel launches only). Files that never import torch and run another"
+    " framework (MXNet, TensorFlow, JAX) are not checked."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
 GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch.cuda.synchronize()\n"
@@ -57,18 +60,19 @@ _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.A
              ast.With, ast.AsyncWith, ast.If, ast.Try)
 
 
-def _rolling_loop(ctx: FileContext, stmts: list, node: ast.BinOp, start: str) -> ast.AST | None:
-    """The loop around ``end - start`` when ``start`` is re-assigned in that loop (``t0 = t1``):
-    each reading then spans one whole iteration, syncs included wherever they are in it."""
+def _spanning_loop(ctx: FileContext, stmts: list, node: ast.BinOp, start: str, end: int) -> ast.AST | None:
+    """The loop around ``end - start`` when each reading spans whole iterations: ``start`` is
+    re-assigned in that loop only at or after the end reading (``t0 = t1``, loop-to-loop), or
+    only before the loop (time since the start). Earlier iterations' syncs, wherever they are in
+    the loop, then bound what the clock sees. A ``start`` taken at the top of each iteration
+    spans one iteration's launches only and is not such a loop."""
     loops = [w.loops for s, w in stmts if s.lineno <= node.lineno <= (s.end_lineno or s.lineno)]
     if not loops or not loops[0]:
         return None
     loop = loops[0][-1]
-    for stmt, where in stmts:
-        if loop in where.loops and isinstance(stmt, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == start for t in stmt.targets):
-            return loop
-    return None
+    inside = [stmt.lineno for stmt, where in stmts if loop in where.loops and isinstance(stmt, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == start for t in stmt.targets)]
+    return loop if all(line >= end for line in inside) else None
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
@@ -110,8 +114,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
             if any(call_name(c) in SYNCS for c, _ in inside):
                 continue
-            loop = _rolling_loop(ctx, stmts, node, node.right.id)
+            loop = _spanning_loop(ctx, stmts, node, node.right.id, end)
             if loop is not None and any(call_name(c) in SYNCS for c, w in calls if loop in w.loops):
-                continue  # loop-to-loop timing: the previous step's sync bounds what the clock sees
+                continue  # the reading spans whole iterations: the previous step's sync bounds it
             if any(_gpu_work(ctx, c, w) for c, w in inside) or any(start < ln < end for ln in matmuls):
                 yield Hit(node)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
@@ -22,7 +23,8 @@ RATIONALE = (
     "`torch.serialization.add_safe_globals` if needed. A project that declares `torch>=2.6` "
     "(requirements*.txt, pyproject.toml, setup.py or setup.cfg next to the file or above it, or "
     "`target-torch` in `[tool.gpudoctor.lint]`) already gets the safe default, and only an "
-    "explicit `weights_only=False` is reported there."
+    "explicit `weights_only=False` is reported there. A file in a temporary folder the same run "
+    "made (pytest's `tmp_path`/`tmpdir`, `tempfile`) was written by that run and is not reported."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -31,10 +33,32 @@ GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)
 SAFE_DEFAULT = (2, 6)  # torch.load's weights_only defaults to True from PyTorch 2.6
 
 
+_TEMP_DIRS = frozenset({"tmp_path", "tmpdir", "tmp_path_factory", "tmpdir_factory"})  # pytest's fixtures
+
+
+def _own_temporary_file(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """The file lies in a temporary folder this process made (pytest's ``tmp_path``, ``tempfile``):
+    it was written by the same run and is trusted."""
+    path = call.args[0] if call.args else kwarg(call, "f")
+    if path is None:
+        return False
+    exprs = [path]
+    if isinstance(path, ast.Name):
+        exprs += ctx.assigned(path.id, func)
+    for node in (n for expr in exprs for n in ast.walk(expr)):
+        if isinstance(node, ast.Name) and node.id in _TEMP_DIRS:
+            return True
+        if isinstance(node, (ast.Name, ast.Attribute)) and (ctx.qualname(node) or "").startswith("tempfile."):
+            return True
+    return False
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     safe_default = ctx.torch_floor is not None and ctx.torch_floor >= SAFE_DEFAULT
-    for call, _ in ctx.calls:
+    for call, where in ctx.calls:
         if ctx.qualname(call.func) == "torch.load" and not has_star_kwargs(call):
+            if _own_temporary_file(ctx, call, where.func):
+                continue
             value = kwarg(call, "weights_only")
             if value is None and not safe_default:
                 yield Hit(call)
