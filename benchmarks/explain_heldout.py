@@ -4,7 +4,10 @@
     PYTHONPATH=src python benchmarks/explain_heldout.py --label after --baseline /tmp/before.json \
         --out benchmarks/results/explain_heldout.json --table
 
-The cases are ``tests/fixtures/explain_heldout/cases.toml``: one log per public GitHub issue (only
+``--set NAME`` picks another case set, ``tests/fixtures/NAME/`` (default ``explain_heldout``, round
+one; ``explain_heldout2`` is the second held-out set, built after round one's fixes).
+
+The cases are ``tests/fixtures/<set>/cases.toml``: one log per public GitHub issue (only
 its error lines), the issue's address and title, and the catalog entry ids that name the right root
 cause. Each log goes through the real command, ``python -m gpudoctor explain --json LOG``, in a
 fresh interpreter, and the first root-cause match (else the first match) is judged:
@@ -27,7 +30,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ROOT / "tests" / "fixtures" / "explain_heldout"
+FIXTURES = ROOT / "tests" / "fixtures"
+DEFAULT_SET = "explain_heldout"
 VERDICTS = ("right", "unknown", "wrong", "missed")
 
 
@@ -54,12 +58,13 @@ def judge(expected: list[str], matches: list[dict], known: set[str]) -> tuple[st
     return ("right" if ranked[0] in expected else "wrong"), ranked[0]
 
 
-def run(label: str) -> dict:
-    cases = tomllib.loads((CASES / "cases.toml").read_text(encoding="utf-8"))
+def run(label: str, case_set: str = DEFAULT_SET) -> dict:
+    cases_dir = FIXTURES / case_set
+    cases = tomllib.loads((cases_dir / "cases.toml").read_text(encoding="utf-8"))
     known = catalog_ids()
     out = {}
     for name, case in cases.items():
-        matches = explain(CASES / "logs" / f"{name}.log")
+        matches = explain(cases_dir / "logs" / f"{name}.log")
         verdict, top = judge(case["expected"], matches, known)
         out[name] = {
             "source": case["source"],
@@ -74,6 +79,7 @@ def run(label: str) -> dict:
     counts = {v: sum(1 for c in out.values() if c["verdict"] == v) for v in VERDICTS}
     return {
         "label": label,
+        "set": case_set,
         "catalog_entries": len(known),
         "cases": len(out),
         "counts": counts,
@@ -103,11 +109,15 @@ def table(before: dict, after: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--label", default="run")
+    parser.add_argument("--set", dest="case_set", default=DEFAULT_SET,
+                        help="case set: a folder under tests/fixtures/ with cases.toml and logs/")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--baseline", type=Path, help="an earlier --out to keep alongside")
     parser.add_argument("--table", action="store_true", help="print the markdown table")
     args = parser.parse_args()
-    result = run(args.label)
+    if not (FIXTURES / args.case_set / "cases.toml").is_file():
+        parser.error(f"no case set {args.case_set!r}: expected tests/fixtures/{args.case_set}/cases.toml")
+    result = run(args.label, args.case_set)
     doc = {"after": result}
     if args.baseline:
         doc["before"] = json.loads(args.baseline.read_text())["after"]
