@@ -104,39 +104,51 @@ def match_lines(
     return found
 
 
+def _joins(bodies: list[str]) -> list[tuple[str, list[int]]]:
+    """The text joined into one line, with each body's start offset: first with a space between
+    lines (a message wrapped at a space by a browser, an email or a logger), then with nothing
+    between them (a terminal or a paste that hard-wrapped inside a word: "an illeg" / "al memory
+    access"), where a line's trailing spaces are kept as the only separator."""
+    out = []
+    for sep, clean in ((" ", str.strip), ("", lambda b: b.rstrip("\r\n"))):
+        parts = [clean(b) for b in bodies]
+        starts, offset = [], 0
+        for part in parts:
+            starts.append(offset)
+            offset += len(part) + len(sep) if part else 0
+        out.append((sep.join(p for p in parts if p), starts))
+    return out
+
+
 def match_joined(catalog: Catalog, lines: list[str], found: dict[str, EntryHits]) -> None:
     """For short inputs, try the still-unmatched entries on the whole text joined into one line,
     so a message wrapped over several lines is still recognised (pattern hits only)."""
     if len(lines) > JOINED_MAX_LINES or sum(map(len, lines)) > JOINED_MAX_CHARS:
         return
-    bodies = [strip_rank(line)[1].strip() for line in lines]
-    joined = " ".join(b for b in bodies if b)
-    low = joined.lower()
-    starts, offset = [], 0
-    for body in bodies:
-        starts.append(offset)
-        offset += len(body) + 1 if body else 0
-    for entry in catalog.entries:
-        if entry.id in found or not any(a in low for a in entry.anchors):
-            continue
-        for pattern in entry.patterns:
-            m = pattern.search(joined)
-            if not m:
+    bodies = [strip_rank(line)[1] for line in lines]
+    for joined, starts in _joins(bodies):
+        low = joined.lower()
+        for entry in catalog.entries:
+            if entry.id in found or not any(a in low for a in entry.anchors):
                 continue
-            notes: tuple[str, ...] = ()
-            confidence = PATTERN_CONFIDENCE
-            if entry.check is not None:
-                passed, notes = CHECKS[entry.check](joined)
-                if not passed:
-                    break
-                confidence = CHECKED_CONFIDENCE
-            index = max(0, next((i for i in range(len(starts) - 1, -1, -1)
-                                 if starts[i] <= m.start() and bodies[i]), 0))
-            excerpt = joined[max(0, m.start() - 40): m.end() + 80].strip()
-            found[entry.id] = EntryHits(entry=entry, hits=[
-                Hit(index=index, rank=None, confidence=confidence, notes=notes, text=excerpt)
-            ])
-            break
+            for pattern in entry.patterns:
+                m = pattern.search(joined)
+                if not m:
+                    continue
+                notes: tuple[str, ...] = ()
+                confidence = PATTERN_CONFIDENCE
+                if entry.check is not None:
+                    passed, notes = CHECKS[entry.check](joined)
+                    if not passed:
+                        break
+                    confidence = CHECKED_CONFIDENCE
+                index = max(0, next((i for i in range(len(starts) - 1, -1, -1)
+                                     if starts[i] <= m.start() and bodies[i].strip()), 0))
+                excerpt = joined[max(0, m.start() - 40): m.end() + 80].strip()
+                found[entry.id] = EntryHits(entry=entry, hits=[
+                    Hit(index=index, rank=None, confidence=confidence, notes=notes, text=excerpt)
+                ])
+                break
 
 
 def apply_overrides(found: dict[str, EntryHits]) -> None:
