@@ -49,7 +49,12 @@ def _cuda_target(ctx: FileContext, node: ast.AST, func: ast.AST | None) -> bool:
     return False
 
 
-def check(ctx: FileContext) -> Iterator[Hit]:
+def _hits(ctx: FileContext) -> list[tuple[ast.Call, str | None]]:
+    """(call that puts a sample on the GPU, the Dataset class it is in, or None in a collate_fn)."""
+    key = ("gd102-hits",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    found: list[tuple[ast.Call, str | None]] = []
     collate = _collate_names(ctx)
     for call, where in ctx.calls:
         func = where.func
@@ -59,8 +64,22 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             where.cls.name in ctx.dataset_classes or where.cls.name.endswith("Dataset"))
         if not (in_dataset or func.name in collate):
             continue
+        owner = where.cls.name if in_dataset else None
         name = call.func.attr if isinstance(call.func, ast.Attribute) else None
         if name == "cuda" or (name == "to" and call.args and _cuda_target(ctx, call.args[0], func)):
-            yield Hit(call)
+            found.append((call, owner))
         elif name in TENSOR_FACTORIES and is_cuda_expr(kwarg(call, "device") or ast.Constant(None), ctx):
-            yield Hit(call)
+            found.append((call, owner))
+    ctx.cache[key] = found
+    return found
+
+
+def cuda_dataset_classes(ctx: FileContext) -> frozenset[str]:
+    """Dataset classes of this file whose ``__getitem__``/``__iter__`` put samples on the GPU
+    (GD104 leaves their loaders to this rule: pinning CUDA tensors raises)."""
+    return frozenset(owner for _, owner in _hits(ctx) if owner is not None)
+
+
+def check(ctx: FileContext) -> Iterator[Hit]:
+    for call, _ in _hits(ctx):
+        yield Hit(call)

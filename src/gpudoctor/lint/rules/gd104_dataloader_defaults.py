@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
+from gpudoctor.lint.rules.gd102_cuda_in_dataset import cuda_dataset_classes
 from gpudoctor.lint.scope import TENSOR_FACTORIES, FileContext, call_name, has_star_kwargs, is_const, kwarg
 
 CODE = "GD104"
@@ -27,7 +28,9 @@ RATIONALE = (
     " data already in memory (a `TensorDataset`, or a Dataset class of the file whose "
     "`__getitem__` only indexes what it holds) or over a helper's `dataset` parameter, and the "
     "pinning of a `TensorDataset` whose tensors are not visibly on the CPU (they may already be "
-    "on the GPU, where pinning raises). Test modules "
+    "on the GPU, where pinning raises). A loader over a Dataset class of the file whose "
+    "`__getitem__` already returns CUDA tensors is left to GD102, whose fix comes first (pinning "
+    "CUDA tensors raises, and workers cannot initialise CUDA after a fork). Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
     "check behaviour, not throughput."
 )
@@ -125,11 +128,19 @@ def missing(call: ast.Call, ctx: FileContext | None = None, func: object = None)
     return problems, addable
 
 
+def _yields_cuda(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """The dataset is a class of this file whose ``__getitem__`` returns CUDA tensors (GD102's
+    finding): ``pin_memory=True`` would raise and workers cannot initialise CUDA after a fork."""
+    data = _dataset_expr(ctx, call, func)
+    return (isinstance(data, ast.Call) and isinstance(data.func, ast.Name)
+            and data.func.id in cuda_dataset_classes(ctx))
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.uses_cuda or ctx.is_test:
         return
     for call, where in ctx.calls:
-        if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call):
+        if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call) or _yields_cuda(ctx, call, where.func):
             continue
         problems, _ = missing(call, ctx, where.func)
         if problems:

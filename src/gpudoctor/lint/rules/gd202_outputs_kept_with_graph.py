@@ -21,7 +21,8 @@ RATIONALE = (
     "`output.detach().cpu()`, or run evaluation under `torch.no_grad()` / "
     "`torch.inference_mode()`. The rule fires only for outputs of a known model or criterion, or "
     "a loss that `.backward()` is called on. It stays silent on a local list inside a module's "
-    "`forward`, or in another of its methods looping over its own blocks (skip connections, "
+    "`forward`, or in another of its methods looping over its own blocks, directly or through a "
+    "local list of them (skip connections, intermediates, "
     "feature vectors: those activations belong to the same graph and die with the call), on a "
     "value last computed under `no_grad` in the same iteration, and on a list whose "
     "losses are `.backward()`-ed later (the graphs are kept on purpose)."
@@ -54,9 +55,28 @@ def _in_forward(ctx: FileContext, where) -> bool:
             and cls.name in ctx.module_classes and where.loop not in ctx.step_loops):
         return False
     loop_iter = getattr(where.loop, "iter", None)
-    return func.name == "forward" or (loop_iter is not None and any(
-        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-        for n in ast.walk(loop_iter)))
+    return func.name == "forward" or (loop_iter is not None and _own_blocks(ctx, loop_iter, func))
+
+
+def _mentions_self(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+               for n in ast.walk(node))
+
+
+def _own_blocks(ctx: FileContext, loop_iter: ast.AST, func) -> bool:
+    """The loop runs over the module's own blocks: ``self.input_blocks``, or a local name every
+    assignment of which is built from them or from itself (``blocks = [self.stem, self.layer1]``,
+    ``blocks = blocks[:stop + 1]``, ``blocks = self.blocks[:stop + 1]``)."""
+    if _mentions_self(loop_iter):
+        return True
+    for n in ast.walk(loop_iter):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            values = ctx.assigned(n.id, func)
+            if any(_mentions_self(v) for v in values) and all(
+                    _mentions_self(v) or any(isinstance(m, ast.Name) and m.id == n.id for m in ast.walk(v))
+                    for v in values):
+                return True
+    return False
 
 
 def _func_stmts(ctx: FileContext, func) -> list:

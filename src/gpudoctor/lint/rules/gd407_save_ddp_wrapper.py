@@ -23,8 +23,9 @@ RATIONALE = (
     "rank 0 only. The rule fires when the saved name was last assigned a DDP/DataParallel wrapper"
     " before the `torch.save` call, also when the state dict goes through a variable or a dict "
     "(`ckpt = {\"model\": model.state_dict()}`) first. A resume checkpoint that the same function "
-    "loads back into the wrapper itself (`model.load_state_dict(...)` after wrapping) round-trips "
-    "the prefix and is not reported."
+    "loads back into the wrapper itself (`model.load_state_dict(...)` after wrapping, or a resume "
+    "helper given the wrapper: `restart_from_checkpoint(path, state_dict=model)`) round-trips the "
+    "prefix and is not reported."
 )
 BAD = "model = DDP(model, device_ids=[rank])\ntorch.save(model.state_dict(), \"ckpt.pt\")\n"
 GOOD = "model = DDP(model, device_ids=[rank])\ntorch.save(model.module.state_dict(), \"ckpt.pt\")\n"
@@ -51,12 +52,27 @@ def _saved(ctx: FileContext, expr: ast.AST, func: object, line: int, depth: int 
                     yield from _saved(ctx, stmt.value, func, line, depth + 1)
 
 
+_RESUME_WORDS = ("load", "resume", "restart", "restore")
+
+
+def _takes(call: ast.Call, name: str) -> bool:
+    """``name`` is an argument of ``call`` (``restart_from_checkpoint(path, state_dict=model)``)."""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return any(isinstance(v, ast.Name) and v.id == name for v in values)
+
+
 def _loaded_back(ctx: FileContext, name: str, func: object) -> bool:
     """The same function loads a state dict into the wrapper itself (``model.load_state_dict(...)``
-    with ``model`` the DDP wrapper there): a resume checkpoint whose ``module.`` keys round-trip."""
+    with ``model`` the DDP wrapper there), or hands the wrapper to a resume helper
+    (``restart_from_checkpoint(path, state_dict=model)``, ``load_checkpoint(model, path)``): a
+    resume checkpoint whose ``module.`` keys round-trip."""
     for call, where in ctx.calls:
-        if (where.func is func and call_name(call) == "load_state_dict" and isinstance(call.func, ast.Attribute)
-                and isinstance(call.func.value, ast.Name) and call.func.value.id == name):
+        if where.func is not func:
+            continue
+        into_wrapper = (call_name(call) == "load_state_dict" and isinstance(call.func, ast.Attribute)
+                        and isinstance(call.func.value, ast.Name) and call.func.value.id == name)
+        helper = any(w in (call_name(call) or "").lower() for w in _RESUME_WORDS) and _takes(call, name)
+        if into_wrapper or helper:
             value = _last_before(ctx, name, func, call.lineno + 1)
             if value is not None and ctx.expr_kind(value, func) == "wrapper":
                 return True
