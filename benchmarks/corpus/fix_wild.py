@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-MIRRORS = Path("/work/.mirror")
+# the bare mirrors the search tool's fetch makes, in a folder above the checkout
+MIRRORS = next((p / ".mirror" for p in REPO.parents if (p / ".mirror").is_dir()), REPO.parent / ".mirror")
 
 
 @dataclass(frozen=True)

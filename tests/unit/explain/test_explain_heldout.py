@@ -129,7 +129,7 @@ def test_a_python_traceback_through_a_collective_is_not_a_stack_dump_hang() -> N
     # faulthandler.dump_traceback_later() of a stuck rank (no comma before "in")
     'Timeout (0:30:00)!\nThread 0x00007f3a (most recent call first):\n'
     '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4166 in barrier\n'
-    '  File "/work/train.py", line 88 in main',
+    '  File "/srv/job/train.py", line 88 in main',
     # py-spy dump with full paths
     'Thread 31 (idle): "MainThread"\n'
     '    all_reduce (/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2501)\n'
