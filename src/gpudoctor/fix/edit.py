@@ -67,6 +67,9 @@ def apply_changes(source: str, changes: Sequence[Change]) -> tuple[str, list[str
 
         def leave_Call(self, original, updated):
             for op in by_kind[SET_KWARGS].get(self._pos(original), ()):
+                # ``x.to(d).view(n)``: both calls start here; ``op.text`` names the one meant
+                if op.text and cst.Module(body=[]).code_for_node(original.func) != op.text[0]:
+                    continue
                 applied.add(id(op))
                 updated = self._set_kwargs(updated, op.kwargs)
             return self._replace(original, updated)

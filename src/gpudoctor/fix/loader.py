@@ -76,7 +76,8 @@ def loader_ops(kind: str, found: Located, config: RankConfig | None,
         why = _why(dict(on_call))
         if replaced:
             why += f" ({'; '.join(replaced)}: that setting no longer applies to this loader)"
-        ops.insert(0, Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=tuple(on_call), why=why))
+        ops.insert(0, Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), text=(found.callee(call),),
+                         kwargs=tuple(on_call), why=why))
     return ops, "", tuple(edits)
 
 
@@ -99,7 +100,7 @@ def _default_op(found: Located, option, name: str, value: str, text: str, read: 
     short = next((f for f in option.flags if not f.startswith("--")), option.flags[0])
     why = (f"{_why({name: value})}: the default of {flags} (was {was}), read as {name}={text} at line "
            f"{read.lineno}{also}; {short} N still sets it")
-    return Op(SET_KWARGS, found.pos(option.call), found.pos(found.stmt_of(option.call)),
+    return Op(SET_KWARGS, found.pos(option.call), found.pos(found.stmt_of(option.call)), text=(found.callee(option.call),),
               kwargs=(("default", value), *_help(found, option, was, value)), why=why)
 
 
@@ -144,7 +145,7 @@ def host_pin_ops(found: Located) -> tuple[list[Op], str]:
             at = found.pos(assign)
             ops.append(Op(INSERT_AFTER, at, at, text=(
                 f"{name} = {name}.pin_memory() if torch.cuda.is_available() else {name}",)))
-        ops.append(Op(SET_KWARGS, found.pos(copy), found.pos(found.stmt_of(copy)), kwargs=(("non_blocking", "True"),),
+        ops.append(Op(SET_KWARGS, found.pos(copy), found.pos(found.stmt_of(copy)), text=(found.callee(copy),), kwargs=(("non_blocking", "True"),),
                       why="copy the batch from pinned memory without blocking the host"))
     return ops, ""
 

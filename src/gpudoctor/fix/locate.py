@@ -69,6 +69,11 @@ class Located:
         text = self.lines[node.lineno - 1]
         return node.lineno, len(text.encode("utf-8")[:node.col_offset].decode("utf-8", errors="ignore"))
 
+    def callee(self, call: ast.Call) -> str:
+        """The source of what ``call`` calls: chained calls (``x.to(d).view(n)``) start at one
+        position, and a keyword edit must land on the call it is about."""
+        return ast.get_source_segment(self.ctx.source, call.func) or ""
+
     def stmt_of(self, node: ast.AST) -> ast.stmt:
         """The innermost statement holding ``node``."""
         up = parents(self.ctx)

@@ -28,7 +28,8 @@ class Op:
         at: the node edited (a call, a statement, the first wrapped statement, an expression).
         stmt: the statement that gets the ``# gpudoctor fix:`` comment (for inserts and wraps, the
             first new statement gets it instead).
-        text: the lines to insert, the ``with`` header, or the replacement expression.
+        text: the lines to insert, the ``with`` header, or the replacement expression; for
+            ``set_kwargs``, the source of what the call calls (chained calls start alike).
         kwargs: for ``set_kwargs``: ``(name, expression)`` pairs.
         last: for ``wrap``: the last statement wrapped.
         why: this edit's own reason, when it differs from its change's (a merged change).

@@ -240,7 +240,8 @@ def _change(kind: str, finding: Finding, found: Located, config: RankConfig | No
 
 def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> tuple[list[Op], str]:
     if kind == "non_blocking":
-        ops = [Op(SET_KWARGS, found.pos(c), found.pos(found.stmt_of(c)), kwargs=(("non_blocking", "True"),))
+        ops = [Op(SET_KWARGS, found.pos(c), found.pos(found.stmt_of(c)), text=(found.callee(c),),
+                  kwargs=(("non_blocking", "True"),))
                for c in found.batch_moves]
         done = found.batch_moves_non_blocking
         return ops, "" if done else "no .to()/.cuda() of the batch tensors in the training loop"
@@ -269,6 +270,9 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     if kind == "bf16":
         if found.autocast:
             return [], "the script already uses autocast"
+        bce = bce_blocker(found)
+        if bce:
+            return [], bce
         if found.forward is None:
             return [], "; ".join(found.notes) or "the forward and loss were not located"
         first, last = (found.pos(s) for s in found.forward)
@@ -293,6 +297,23 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     return [], f"no code form for {kind}"
 
 
+# losses CUDA autocast refuses ("unsafe to autocast"), whatever the dtype: they take probabilities
+BCE_CALLS = ("torch.nn.BCELoss", "torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy")
+
+
+def bce_blocker(found: Located) -> str:
+    """Why bf16 autocast must stay advice, or ``""``: the script builds ``nn.BCELoss`` or calls
+    ``F.binary_cross_entropy``, which CUDA autocast raises on at the first step; the fix is the
+    logits form (``BCEWithLogitsLoss`` without the model's last ``Sigmoid``), a change of the model."""
+    ctx = found.ctx
+    for call, _ in ctx.calls:
+        if ctx.qualname(call.func) in BCE_CALLS:
+            return (f"{ast.get_source_segment(ctx.source, call.func)} at line {call.lineno}: CUDA autocast refuses "
+                    "binary_cross_entropy on probabilities; use BCEWithLogitsLoss on logits (drop the model's last "
+                    "Sigmoid), then autocast")
+    return ""
+
+
 def compile_blocker(found: Located) -> str:
     """Why ``model.compile()`` must not be added, or ``""``: the script compiles already (its own
     switch, e.g. nanoGPT's ``--compile``, is the one to turn on: compiling twice is not a fix), or
@@ -306,6 +327,11 @@ def compile_blocker(found: Located) -> str:
                 and (ctx.qualname(func.value) or "").partition(".")[0] not in ("re", "regex")):
             return (f"the script compiles already (line {call.lineno}): turn on its own switch for it "
                     "rather than compiling twice")
+        if (ctx.qualname(func) == "torch.autograd.grad"
+                and any(k.arg == "create_graph" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                        for k in call.keywords)):
+            return (f"autograd.grad(..., create_graph=...) at line {call.lineno} differentiates twice (e.g. a gradient "
+                    "penalty): compiled modules do not support double backward")
         if ctx.qualname(func) in DATA_PARALLEL:
             return (f"the model is wrapped in nn.DataParallel (line {call.lineno}): its replicas on other GPUs "
                     "would run the compiled original module; move to DistributedDataParallel (lint GD401), "
@@ -341,7 +367,8 @@ def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], s
         return [], f"the DataLoader(...) at line {call.lineno} takes its workers from a ** expression"
     wait = ms(data.get("first_batch_wait_ms"))
     why = f"{WHY['persistent']}: the first batch of each epoch waited {wait} for them to restart"
-    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), kwargs=(("persistent_workers", value),),
+    return [Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), text=(found.callee(call),),
+               kwargs=(("persistent_workers", value),),
                why=why)], ""
 
 

@@ -308,3 +308,58 @@ def test_gradient_accumulation_with_the_step_in_the_loop_around(tmp_path: Path) 
     assert [o.at[0] for o in bf16.ops] == [12]
     assert "scaler.step(optimizer)" in fixed
     runs(fixed.replace("model.compile()\n", ""), tmp_path)
+
+
+# round two (benchmarks/results/fix/wild2-cpu.md): shapes from yunjey/pytorch-tutorial and PyTorch-GAN
+
+CHAINED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cpu")
+data = DataLoader(TensorDataset(torch.rand(32, 1, 4, 4), torch.zeros(32)), batch_size=8, shuffle=True)
+model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 16), nn.Sigmoid()).to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(2):
+    for x, _ in data:
+        x = x.to(device).view(-1, 16)
+        out = model(x)
+        loss = {loss}
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+print("done")
+"""
+
+
+def test_non_blocking_lands_on_the_copy_not_the_chained_view(tmp_path):
+    """``x.to(device).view(-1, n)``: both calls start at ``x``; non_blocking goes on ``.to`` only."""
+    _, plan, fixed = planned(CHAINED.format(loss="F.mse_loss(out, x)"), "GD-RUN-H2D-BLOCKING", config=CPU)
+    assert "x = x.to(device, non_blocking=True).view(-1, 16)" in fixed
+    runs(fixed, tmp_path)
+
+
+def test_bce_on_probabilities_keeps_bf16_as_advice():
+    """CUDA autocast raises on binary_cross_entropy: bf16 is advice naming the logits form."""
+    for loss in ("F.binary_cross_entropy(out, x)", "nn.BCELoss()(out, x)"):
+        _, plan, fixed = planned(CHAINED.format(loss=loss), "GD-RUN-FP32-COMPUTE")
+        assert "autocast" not in fixed
+        assert "BCEWithLogitsLoss" in advice(plan, "bf16")
+    _, plan, fixed = planned(CHAINED.format(loss="F.binary_cross_entropy_with_logits(out, x)"), "GD-RUN-FP32-COMPUTE")
+    assert 'torch.autocast("cuda"' in fixed
+
+
+def test_gradient_penalty_blocks_compile():
+    """A WGAN-GP style penalty (autograd.grad with create_graph=True) differentiates through the
+    model twice: no ``model.compile()``, advice says why; without it the model is compiled."""
+    penalty = ("mixed = x.clone().requires_grad_(True); "
+               "grads = torch.autograd.grad(model(mixed).sum(), mixed, create_graph=True)[0]; "
+               "loss = F.mse_loss(out, x) + grads.pow(2).mean()")
+    src = CHAINED.format(loss="F.mse_loss(out, x)").replace("loss = F.mse_loss(out, x)", penalty)
+    _, plan, fixed = planned(src, "GD-RUN-LAUNCH-BOUND")
+    assert ".compile()" not in fixed
+    assert "double backward" in advice(plan, "compile")
+    _, plan, fixed = planned(CHAINED.format(loss="F.mse_loss(out, x)"), "GD-RUN-LAUNCH-BOUND")
+    assert "model.compile()" in fixed
