@@ -152,21 +152,35 @@ def _one_batch_only(ctx: FileContext, call: ast.Call, func: object) -> bool:
     if len(names) == 1:
         scope = func if func is not None and names[0] in ctx.params.get(func, set()) | set(
             ctx.assigns.get(func, {})) and not _is_global(func, names[0]) else ctx.tree
-        parent = {child: node for node in ast.walk(scope) for child in ast.iter_child_nodes(node)}
-        reads = [n for n in ast.walk(scope)
-                 if isinstance(n, ast.Name) and n.id == names[0] and isinstance(n.ctx, ast.Load)]
-        one = bool(reads) and all(_next_of_iter(n, parent) for n in reads)
+        pkey = ("gd104-names", id(scope))
+        if pkey not in ctx.cache:  # one walk per scope: every Name read, with its parent
+            ctx.cache[pkey] = [(child, node) for node in ast.walk(scope) for child in ast.iter_child_nodes(node)
+                               if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)]
+        pairs = [(n, p) for n, p in ctx.cache[pkey] if n.id == names[0]]
+        parent = {n: p for n, p in pairs}
+        reads = [n for n, _ in pairs]
+        one = bool(reads) and all(_next_of_iter(n, parent, ctx, scope) for n in reads)
     ctx.cache[key] = one
     return one
+
+
+def _parent_of(ctx: FileContext, scope: ast.AST, node: ast.AST | None) -> ast.AST | None:
+    """The parent of an ``iter(...)`` call: found among the scope's calls (one walk, cached)."""
+    key = ("gd104-call-parents", id(scope))
+    if key not in ctx.cache:
+        ctx.cache[key] = {child: n for n in ast.walk(scope) for child in ast.iter_child_nodes(n)
+                          if isinstance(child, ast.Call) and isinstance(child.func, ast.Name)
+                          and child.func.id == "iter"}
+    return ctx.cache[key].get(node)
 
 
 def _is_global(func: object, name: str) -> bool:
     return any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(func))
 
 
-def _next_of_iter(name: ast.Name, parent: dict) -> bool:
+def _next_of_iter(name: ast.Name, parent: dict, ctx: FileContext, scope: ast.AST) -> bool:
     inner = parent.get(name)
-    outer = parent.get(inner)
+    outer = _parent_of(ctx, scope, inner)
     return (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "iter"
             and inner.args == [name] and isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name)
             and outer.func.id == "next" and outer.args == [inner])
