@@ -30,7 +30,9 @@ RATIONALE = (
     "pinning of a `TensorDataset` whose tensors are not visibly on the CPU (they may already be "
     "on the GPU, where pinning raises). A loader over a Dataset class of the file whose "
     "`__getitem__` already returns CUDA tensors is left to GD102, whose fix comes first (pinning "
-    "CUDA tensors raises, and workers cannot initialise CUDA after a fork). Test modules "
+    "CUDA tensors raises, and workers cannot initialise CUDA after a fork). A loader whose name is only "
+    "ever read as `next(iter(loader))` (one batch for a sample grid) is left alone: there is no "
+    "stream of batches to overlap. Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
     "check behaviour, not throughput."
 )
@@ -136,11 +138,61 @@ def _yields_cuda(ctx: FileContext, call: ast.Call, func: object) -> bool:
             and data.func.id in cuda_dataset_classes(ctx))
 
 
+def _one_batch_only(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """The loader is bound to a name that is only ever read as ``next(iter(loader))``: one batch
+    (a fixed sample grid, say) is taken per call, so there is no stream of batches whose loading
+    workers or pinned copies could overlap with the GPU. A name with no reads at all is not
+    exempt (a loader built and never read is indistinguishable from a snippet's)."""
+    key = ("gd104-one-batch", id(call))
+    if key in ctx.cache:
+        return ctx.cache[key]
+    names = [t.id for node, _ in ctx.stmts if isinstance(node, ast.Assign) and node.value is call
+             for t in node.targets if isinstance(t, ast.Name)]
+    one = False
+    if len(names) == 1:
+        scope = func if func is not None and names[0] in ctx.params.get(func, set()) | set(
+            ctx.assigns.get(func, {})) and not _is_global(func, names[0]) else ctx.tree
+        pkey = ("gd104-names", id(scope))
+        if pkey not in ctx.cache:  # one walk per scope: every Name read, with its parent
+            ctx.cache[pkey] = [(child, node) for node in ast.walk(scope) for child in ast.iter_child_nodes(node)
+                               if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)]
+        pairs = [(n, p) for n, p in ctx.cache[pkey] if n.id == names[0]]
+        parent = {n: p for n, p in pairs}
+        reads = [n for n, _ in pairs]
+        one = bool(reads) and all(_next_of_iter(n, parent, ctx, scope) for n in reads)
+    ctx.cache[key] = one
+    return one
+
+
+def _parent_of(ctx: FileContext, scope: ast.AST, node: ast.AST | None) -> ast.AST | None:
+    """The parent of an ``iter(...)`` call: found among the scope's calls (one walk, cached)."""
+    key = ("gd104-call-parents", id(scope))
+    if key not in ctx.cache:
+        ctx.cache[key] = {child: n for n in ast.walk(scope) for child in ast.iter_child_nodes(n)
+                          if isinstance(child, ast.Call) and isinstance(child.func, ast.Name)
+                          and child.func.id == "iter"}
+    return ctx.cache[key].get(node)
+
+
+def _is_global(func: object, name: str) -> bool:
+    return any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(func))
+
+
+def _next_of_iter(name: ast.Name, parent: dict, ctx: FileContext, scope: ast.AST) -> bool:
+    inner = parent.get(name)
+    outer = _parent_of(ctx, scope, inner)
+    return (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "iter"
+            and inner.args == [name] and isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name)
+            and outer.func.id == "next" and outer.args == [inner])
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.uses_cuda or ctx.is_test:
         return
     for call, where in ctx.calls:
         if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call) or _yields_cuda(ctx, call, where.func):
+            continue
+        if _one_batch_only(ctx, call, where.func):
             continue
         problems, _ = missing(call, ctx, where.func)
         if problems:

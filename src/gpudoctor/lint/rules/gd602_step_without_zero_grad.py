@@ -24,7 +24,9 @@ RATIONALE = (
     "loop clears them once, not every step. The rule fires when nothing inside the step loop "
     "clears gradients and nothing clears them in another function, the loop calls no helper "
     "named like `*grad*`, the optimizer is not created inside the loop, and the file does not use"
-    " distributed autograd (whose contexts keep gradients apart)."
+    " distributed autograd (whose contexts keep gradients apart). A loop over optimizers "
+    "(`for opt in optimizers: opt.step()`) is not a step loop: the loop around it is checked, and "
+    "with none (a per-step `train_step` method) the rule is silent."
 )
 BAD = "for x, y in loader:\n    criterion(model(x), y).backward()\n    optimizer.step()\n"
 GOOD = ("for x, y in loader:\n    optimizer.zero_grad()\n    criterion(model(x), y).backward()\n"
@@ -45,6 +47,22 @@ def _clears(ctx: FileContext) -> list[tuple[ast.AST, object]]:
     return out
 
 
+def _loop_names(loop: ast.AST) -> set[str]:
+    target = getattr(loop, "target", None)
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
+
+
+def _step_loop(call: ast.Call, where: object) -> ast.AST | None:
+    """The loop whose iterations are training steps. ``for name, opt in optimizers(): opt.step()``
+    iterates over optimizers, one step each, not over steps: the loop around it (if any) is the
+    step loop; with none (a per-step ``train_step`` method) nothing here repeats."""
+    recv = call.func.value if isinstance(call.func, ast.Attribute) else None
+    loops = list(where.loops)
+    while loops and isinstance(recv, ast.Name) and recv.id in _loop_names(loops[-1]):
+        loops.pop()
+    return loops[-1] if loops else None
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ".backward(" not in ctx.source or "dist_autograd" in ctx.source:
         return  # distributed autograd keeps each context's gradients apart: nothing accumulates
@@ -53,7 +71,9 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                if "grad" in (call_name(call) or "") and not (call_name(call) or "").startswith("clip_grad")}
     for call, where in ctx.calls:
         if where.loop in ctx.step_loops and where.loop not in helpers and is_optimizer_step(call, ctx, where):
-            loop = where.loop
+            loop = _step_loop(call, where)
+            if loop is None or loop not in ctx.step_loops or loop in helpers:
+                continue
             if any(loop in w.loops for _, w in clears):
                 continue  # cleared in the loop
             called = {call_name(c) for c, w in ctx.calls if loop in w.loops}
