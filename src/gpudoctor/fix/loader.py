@@ -62,7 +62,9 @@ def loader_ops(kind: str, found: Located, config: RankConfig | None,
         option = traced_option(found, current, call)
         if option is not None and _numeric(option, value):
             text = ast.get_source_segment(src, current) or name
-            ops.append(_default_op(found, option, name, value, text, current, call))
+            # a default that already is the value needs no edit; a command line setting it still does
+            if not (isinstance(option.default, ast.Constant) and str(option.default.value) == value):
+                ops.append(_default_op(found, option, name, value, text, current, call))
             edits.append(OptionEdit(flags=option.flags, value=value,
                                     was=ast.get_source_segment(src, option.default) if option.default else "",
                                     longs=long_flags(found.ctx.tree)))

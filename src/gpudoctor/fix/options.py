@@ -6,7 +6,7 @@ A keyword whose value is an attribute of the namespace the file parses from its 
 ``parser.add_argument("-j", "--workers", default=4, type=int)``) is changed where the user controls
 it: the option's ``default=``, never the call (a literal there would make ``-j 16`` do nothing).
 The namespace is followed through a function's parameters to every place the function is called or
-handed to ``mp.spawn(f, args=(...))`` (three calls deep at most); the option's ``dest`` is resolved
+handed to ``mp.spawn(f, args=(...))`` or ``mp.spawn(f, (...), n)`` (three calls deep at most); the option's ``dest`` is resolved
 as argparse does (``dest=``, else the first long option with ``-`` made ``_``, else the first short).
 
 A command line that sets the option itself (``-j 4``, ``-j4``, ``-j=4``, ``--workers 4``,
@@ -102,7 +102,8 @@ def _bindings(found, name: str, scope: ast.AST | None) -> list[bool] | None:
 
 def _sites(found, func: ast.FunctionDef, param: str) -> list[tuple[ast.AST | None, ast.AST | None]] | None:
     """``(argument, scope)`` for ``param`` at every call of ``func`` in the file (``func(...)``, or
-    ``mp.spawn(func, args=(...))``, which passes the process index first); ``None`` where ``func``
+    ``mp.spawn(func, args=(...))`` or ``mp.spawn(func, (...), n)``, which passes the process index
+    first); ``None`` where ``func``
     is used in any other way (a method, passed elsewhere, an argument not found)."""
     from gpudoctor.fix.locate import _argument, _scope
 
@@ -119,7 +120,10 @@ def _sites(found, func: ast.FunctionDef, param: str) -> list[tuple[ast.AST | Non
             continue
         spawn = next((c for c, _ in found.ctx.calls if c.args and c.args[0] is node
                       and isinstance(c.func, ast.Attribute) and c.func.attr == "spawn"), None)
-        args = next((k.value for k in spawn.keywords if k.arg == "args"), None) if spawn is not None else None
+        args = None
+        if spawn is not None:  # spawn(fn, args=(), nprocs=1, ...): the tuple by keyword or second
+            args = next((k.value for k in spawn.keywords if k.arg == "args"), spawn.args[1] if len(spawn.args) > 1
+                        else None)
         if not isinstance(args, ast.Tuple) or param not in names or names.index(param) == 0:
             return None
         i = names.index(param) - 1

@@ -147,3 +147,29 @@ def test_all_options_of_a_patch_are_rewritten_in_one_command_line() -> None:
     argv, said = command_line(("-j", "4", "--prefetch=2", "x"), [WORKERS, prefetch])
     assert argv == ("-j", "8", "--prefetch=4", "x")
     assert said == [(WORKERS, ("-j 4", "-j 8")), (prefetch, ("--prefetch=2", "--prefetch=4"))]
+
+
+def test_a_namespace_handed_to_spawn_positionally_is_followed_too() -> None:
+    # torch.multiprocessing.spawn(main_worker, (args,), nprocs): the args tuple as the second positional
+    # argument, as facebookresearch/barlowtwins hands it (fix's second held-out round: a literal was written)
+    source = SCRIPT.read_text(encoding="utf-8")
+    spawned = "mp.spawn(main_worker, nprocs=args.world_size, args=(args.world_size, args))"
+    positional = "mp.spawn(main_worker, (args.world_size, args), args.world_size)"
+    assert spawned in source
+    change = loader_change(source.replace(spawned, positional))
+    assert change.options == (WORKERS,)
+    fixed, _, dropped = apply_located(source.replace(spawned, positional), [change])
+    assert not dropped and "num_workers=args.workers," in fixed and "num_workers=8" not in fixed
+
+
+def test_a_default_that_already_is_the_planned_value_is_left_alone_but_the_command_line_still_changes() -> None:
+    # barlowtwins' --workers defaults to 8, the planned count: no edit (or comment) on its add_argument line;
+    # a command line that sets --workers 4 is still measured, and shown, with 8
+    source = SCRIPT.read_text(encoding="utf-8").replace('"--workers", default=0,', '"--workers", default=8,')
+    assert 'default=8,' in source
+    change = loader_change(source)
+    fixed, _, dropped = apply_located(source, [change])
+    assert not dropped and "the default of -j/--workers" not in fixed
+    assert 'parser.add_argument("-j", "--workers", default=8, type=int, metavar="N",' in fixed
+    argv, said = command_line(("-j", "4"), change.options)
+    assert argv == ("-j", "8") and said
