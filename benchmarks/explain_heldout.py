@@ -10,7 +10,7 @@ one; ``explain_heldout2`` is the second held-out set, built after round one's fi
 The cases are ``tests/fixtures/<set>/cases.toml``: one log per public GitHub issue (only
 its error lines), the issue's address and title, and the catalog entry ids that name the right root
 cause. Each log goes through the real command, ``python -m gpudoctor explain --json LOG``, in a
-fresh interpreter, and the first root-cause match (else the first match) is judged:
+fresh interpreter, and its first match (explain ranks the root causes first) is judged:
 
 * ``right``: it is one of the expected entries;
 * ``wrong``: it is another entry (a guess, when nothing in the catalog fits);
@@ -51,11 +51,10 @@ def explain(log: Path) -> list[dict]:
 
 def judge(expected: list[str], matches: list[dict], known: set[str]) -> tuple[str, str | None]:
     """(verdict, the entry judged)."""
-    roots = [m["entry_id"] for m in matches if m["role"] == "root"]
-    ranked = roots or [m["entry_id"] for m in matches]
-    if not ranked:
+    if not matches:  # explain ranks its matches with the root causes first: the first is its answer
         return ("missed" if any(e in known for e in expected) else "unknown"), None
-    return ("right" if ranked[0] in expected else "wrong"), ranked[0]
+    first = matches[0]["entry_id"]
+    return ("right" if first in expected else "wrong"), first
 
 
 def run(label: str, case_set: str = DEFAULT_SET) -> dict:

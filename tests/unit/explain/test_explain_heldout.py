@@ -14,19 +14,11 @@ import tomllib
 import pytest
 
 from gpudoctor.explain import explain_text
-from gpudoctor.explain.catalog import load_catalog
 
-from .conftest import EXPLAIN_FIXTURES
+from .conftest import EXPLAIN_FIXTURES, check_heldout_case, top_cause
 
 HELDOUT = EXPLAIN_FIXTURES.parent / "explain_heldout"
 CASES = tomllib.loads((HELDOUT / "cases.toml").read_text(encoding="utf-8"))
-
-
-def _first(text: str) -> tuple[str | None, list[str]]:
-    report = explain_text(text)
-    ids = [m.entry_id for m in report.matches]
-    roots = [m.entry_id for m in report.matches if m.role == "root"]
-    return ((roots or ids) or [None])[0], ids
 
 
 def test_the_set_is_40_real_issues_each_with_a_log() -> None:
@@ -38,13 +30,7 @@ def test_the_set_is_40_real_issues_each_with_a_log() -> None:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_heldout_case_gets_its_root_cause_or_an_honest_unknown(name: str) -> None:
-    case = CASES[name]
-    known = {e.id for e in load_catalog().entries}
-    first, ids = _first((HELDOUT / "logs" / f"{name}.log").read_text(encoding="utf-8"))
-    if any(e in known for e in case["expected"]):
-        assert first in case["expected"], ids
-    else:  # nothing in the catalog fits: no guess
-        assert first is None, ids
+    check_heldout_case(HELDOUT, name, CASES[name])
 
 
 # --- the fixes, on forms outside the held-out set -------------------------------------------------
@@ -57,10 +43,10 @@ def test_sibling_rank_contexts_that_could_not_have_made_room_do_not_hide_fragmen
             "use. Process 12 has 520.00 MiB memory in use. Including non-PyTorch memory, this process has "
             "77.20 GiB memory in use. Of the allocated memory 73.10 GiB is allocated by PyTorch, and "
             "3.10 GiB is reserved by PyTorch but unallocated.")
-    first, _ = _first(text)
+    first, _ = top_cause(text)
     assert first == "oom-fragmentation"
     # the same siblings holding enough that, freed, the request would have fitted: they are the cause
-    first, _ = _first(text.replace("520.00 MiB", "2.00 GiB"))
+    first, _ = top_cause(text.replace("520.00 MiB", "2.00 GiB"))
     assert first == "oom-shared-gpu"
 
 
@@ -80,7 +66,7 @@ def test_the_first_sentence_of_an_oom_alone_is_a_strong_match(line: str) -> None
     ('{"train_loss": NaN, "step": 12}', "nan-loss"),
 ])
 def test_quoted_metric_keys(line: str, entry: str) -> None:
-    assert _first(line)[0] == entry
+    assert top_cause(line)[0] == entry
 
 
 def test_the_nan_note_reads_quoted_losses() -> None:
@@ -102,7 +88,7 @@ def test_the_nan_note_reads_quoted_losses() -> None:
      "input-weight-device-mismatch"),
 ])
 def test_input_and_parameter_type_checks(line: str, entry: str) -> None:
-    assert _first(line)[0] == entry
+    assert top_cause(line)[0] == entry
 
 
 @pytest.mark.parametrize("line", [
@@ -113,7 +99,7 @@ def test_input_and_parameter_type_checks(line: str, entry: str) -> None:
     "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 localGid ::ffff:10.0.0.3 hca mlx5_0",
 ])
 def test_infiniband_completion_errors_are_a_peer_or_network_failure(line: str) -> None:
-    assert _first(line)[0] == "nccl-remote-error"
+    assert top_cause(line)[0] == "nccl-remote-error"
 
 
 def test_a_python_traceback_through_a_collective_is_not_a_stack_dump_hang() -> None:
@@ -122,7 +108,7 @@ def test_a_python_traceback_through_a_collective_is_not_a_stack_dump_hang() -> N
             'line 2050, in all_reduce\n'
             '    work.wait()\n'
             'RuntimeError: NCCL communicator was aborted on rank 1.')
-    assert "collective-hang" not in _first(text)[1]
+    assert "collective-hang" not in top_cause(text)[1]
 
 
 @pytest.mark.parametrize("text", [
@@ -140,7 +126,7 @@ def test_a_python_traceback_through_a_collective_is_not_a_stack_dump_hang() -> N
     "CollectiveFingerPrint(SequenceNumber=12, OpType=BROADCAST).",
 ])
 def test_stack_dumps_of_ranks_waiting_in_a_collective(text: str) -> None:
-    assert _first(text)[0] == "collective-hang"
+    assert top_cause(text)[0] == "collective-hang"
 
 
 @pytest.mark.parametrize("text, entry", [
@@ -163,7 +149,7 @@ def test_stack_dumps_of_ranks_waiting_in_a_collective(text: str) -> None:
      "9637892 bytes", "nccl-system-error"),
 ])
 def test_entries_added_for_common_failures_the_catalog_lacked(text: str, entry: str) -> None:
-    assert _first(text)[0] == entry
+    assert top_cause(text)[0] == entry
 
 
 @pytest.mark.parametrize("text", [
@@ -174,5 +160,5 @@ def test_entries_added_for_common_failures_the_catalog_lacked(text: str, entry: 
     "RuntimeError: The size of tensor a (128) must match the size of tensor b (64) at non-singleton dimension 1",
 ])
 def test_near_misses_are_not_claimed(text: str) -> None:
-    first, ids = _first(text)
+    first, ids = top_cause(text)
     assert first not in {"dtype-mismatch", "state-dict-size-mismatch"}, ids

@@ -11,22 +11,14 @@ import tomllib
 
 import pytest
 
-from gpudoctor.explain import explain_text
 from gpudoctor.explain.catalog import load_catalog
 
-from .conftest import EXPLAIN_FIXTURES
+from .conftest import EXPLAIN_FIXTURES, check_heldout_case, top_cause
 
 HELDOUT2 = EXPLAIN_FIXTURES.parent / "explain_heldout2"
 CASES = tomllib.loads((HELDOUT2 / "cases.toml").read_text(encoding="utf-8"))
 ROUND_ONE = tomllib.loads((EXPLAIN_FIXTURES.parent / "explain_heldout" / "cases.toml")
                           .read_text(encoding="utf-8"))
-
-
-def _first(text: str) -> tuple[str | None, list[str]]:
-    report = explain_text(text)
-    ids = [m.entry_id for m in report.matches]
-    roots = [m.entry_id for m in report.matches if m.role == "root"]
-    return ((roots or ids) or [None])[0], ids
 
 
 def test_the_set_is_31_real_issues_none_from_round_one_or_a_catalog_sample() -> None:
@@ -57,13 +49,7 @@ DISAGREEMENTS = {
     for n in sorted(CASES)
 ])
 def test_heldout2_case_gets_its_root_cause_or_an_honest_unknown(name: str) -> None:
-    case = CASES[name]
-    known = {e.id for e in load_catalog().entries}
-    first, ids = _first((HELDOUT2 / "logs" / f"{name}.log").read_text(encoding="utf-8"))
-    if any(e in known for e in case["expected"]):
-        assert first in case["expected"], ids
-    else:  # nothing in the catalog fits: no guess
-        assert first is None, ids
+    check_heldout_case(HELDOUT2, name, CASES[name])
 
 
 # --- the fixes, on forms outside the held-out set -------------------------------------------------
@@ -81,13 +67,13 @@ def test_heldout2_case_gets_its_root_cause_or_an_honest_unknown(name: str) -> No
      "Timeout(ms)=600000) ran for 600100 milliseconds before timing out.\n", "nccl-watchdog-timeout"),
 ])
 def test_a_message_hard_wrapped_inside_a_word_is_recognised(text: str, entry: str) -> None:
-    first, ids = _first(text)
+    first, ids = top_cause(text)
     assert first == entry, ids
 
 
 def test_joining_wrapped_lines_does_not_invent_a_message_across_unrelated_lines() -> None:
     # two unrelated lines whose glued text is no catalog message
-    first, ids = _first("epoch 3 loss 0.41 out of\nmemory budget: 12 GiB planned\n")
+    first, ids = top_cause("epoch 3 loss 0.41 out of\nmemory budget: 12 GiB planned\n")
     assert first is None, ids
 
 
@@ -99,11 +85,11 @@ def test_joining_wrapped_lines_does_not_invent_a_message_across_unrelated_lines(
 ])
 def test_an_import_failure_from_triton_is_the_triton_mismatch(line: str) -> None:
     text = "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n" + line + "\n"
-    first, ids = _first(text)
+    first, ids = top_cause(text)
     assert first == "compile-triton-missing", ids
 
 
 def test_an_import_failure_from_another_package_named_like_triton_is_not_claimed() -> None:
     # NVIDIA Triton Inference Server's client is a different package
-    first, ids = _first("ImportError: cannot import name 'InferInput' from 'tritonclient.grpc'\n")
+    first, ids = top_cause("ImportError: cannot import name 'InferInput' from 'tritonclient.grpc'\n")
     assert first is None, ids
