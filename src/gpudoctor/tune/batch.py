@@ -30,7 +30,7 @@ import dataclasses
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, TrialVerdict
-from gpudoctor.tune.loader import KEEPS_UP, loader_steps
+from gpudoctor.tune.loader import gpu_rate, input_bound, loader_steps
 from gpudoctor.tune.noise import pick
 from gpudoctor.tune.search import BoundarySearch, grow_then_bisect, knee, linear_limit, narrow
 from gpudoctor.tune.session import BudgetSpent, TuneContext, measured
@@ -166,18 +166,6 @@ def _search(ctx: TuneContext, mode: str, start: int, cap: int, points: list[tupl
     return found
 
 
-def input_bound(ctx: TuneContext) -> float | None:
-    """The rate the loader feeds when it is below what the GPU takes (``KEEPS_UP``), else ``None``."""
-    gpu = _gpu_rate(ctx)
-    return ctx.fed_rate if ctx.fed_rate and gpu and ctx.fed_rate < KEEPS_UP * gpu else None
-
-
-def _gpu_rate(ctx: TuneContext) -> float | None:
-    """What the GPU takes with the data on the device: measured at the batch picked so far, else the
-    reference trial's."""
-    return ctx.consumption_rate or ctx.reference_rate
-
-
 def _fed_run(ctx: TuneContext, batch: int, fed: float | None) -> dict[str, Any]:
     """How a check run of ``batch`` goes through the loader: about 3 s of what the loader feeds, past
     the workers' start (as the confirmation runs it); nothing when the loader keeps up."""
@@ -237,7 +225,7 @@ def tune_batch(ctx: TuneContext) -> KnobResult:
     sizes = [base] if candidate == base else [base, candidate]
     fed = input_bound(ctx)
     if fed and len(sizes) > 1:
-        notes.append(f"the loader feeds {fed:,.0f} samples/s, the GPU takes {_gpu_rate(ctx):,.0f}: the "
+        notes.append(f"the loader feeds {fed:,.0f} samples/s, the GPU takes {gpu_rate(ctx):,.0f}: the "
                      "candidate is checked as training runs it (real DataLoader)")
     rows = ctx.measure([ctx.spec("batch", f"batch={b} ({'starting' if b == start else 'candidate'})",
                                  {"batch_size": b}, batch_size=b, **_fed_run(ctx, b, fed)) for b in sizes])

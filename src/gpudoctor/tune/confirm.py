@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict
-from gpudoctor.tune.loader import KEEPS_UP
+from gpudoctor.tune.loader import input_bound
 from gpudoctor.tune.noise import compare, too_noisy
 from gpudoctor.tune.plan import CONFIRM_ROUNDS, Plan, make_plan
 from gpudoctor.tune.session import TuneContext, measured
@@ -57,7 +57,7 @@ def reference(ctx: TuneContext, order: list[str]) -> tuple[KnobResult, Plan]:
             # the reference paid the process's one-time costs (CUDA context, the first cuDNN autotuning):
             # the trial after it is what a later trial's set-up costs (ResNet-50 on an H200: 16.1 s vs 3.2 s)
             setup_s = min(setup_s, max(0.2, fed.wall_s - fed.steps * fed.step_ms / 1e3))
-        if fed.verdict is TrialVerdict.OK and fed.samples_per_s < KEEPS_UP * ctx.reference_rate:
+        if input_bound(ctx):
             loader_bound = "loader" in order
             notes.append(f"the starting loader feeds {fed.samples_per_s:,.0f} samples/s, the GPU takes "
                          f"{ctx.reference_rate:,.0f} with the data on the device: " + (

@@ -61,6 +61,18 @@ def worker_counts(max_workers: int) -> list[int]:
     return sorted(set(c for c in counts if c <= max(max_workers, 0)))
 
 
+def input_bound(ctx: TuneContext) -> float | None:
+    """The rate the loader feeds when it is below what the GPU takes (``KEEPS_UP``), else ``None``."""
+    gpu = gpu_rate(ctx)
+    return ctx.fed_rate if ctx.fed_rate and gpu and ctx.fed_rate < KEEPS_UP * gpu else None
+
+
+def gpu_rate(ctx: TuneContext) -> float | None:
+    """What the GPU takes with the data on the device: measured at the batch picked so far, else the
+    reference trial's."""
+    return ctx.consumption_rate or ctx.reference_rate
+
+
 def _rate(trial: Trial) -> float | None:
     return trial.samples_per_s if trial.verdict is TrialVerdict.OK else None
 
