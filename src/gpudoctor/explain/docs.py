@@ -52,7 +52,14 @@ mismatches, DataLoader worker deaths, torch.compile, driver/architecture mismatc
 should claim): **27 of 31 correct before any change** (22 right, 5 honest "unknown"; 1 wrong: a
 ZeRO-3 OOM with 2.85 GiB cached-but-free reported as fragmentation where the thread says the job
 does not fit; 3 missed: two messages hard-wrapped inside a word, and a triton ImportError), 30 of 31
-after this round's general fixes (fitted). On failures produced for real on an H200: 12 of 12.
+after this round's general fixes (fitted). A third fresh set
+(benchmarks/results/explain_heldout3.md: 30 reports, weighted towards multi-rank logs with the cause
+buried under torchrun/accelerate output, NCCL errors in four NCCL versions' wording, OOM in backward,
+the optimizer step and eval, cuBLAS, file-descriptor limits, FSDP, recompile limits, and 4 that no
+entry should claim): **29 of 30 correct before any change** (22 right, 7 honest "unknown", 0 wrong;
+1 missed: an NCCL 2.14 "internal error" whose last error is a peer closing its socket); 30 of 30
+after one pattern and two entries (`nccl-internal-error`, `fsdp-flat-param-uniform`), fitted. On
+failures produced for real on an H200: 12 of 12.
 
 ## How a long log is read
 
