@@ -28,14 +28,15 @@ RATIONALE = (
     "lies between the two readings. Loop-to-loop timing (`dt = t1 - t0; t0 = t1`) and time since"
     " a start taken before the loop span whole iterations, so a sync anywhere in that loop (a "
     "`.item()` under `if`) settles them; a start re-taken at the top of each iteration does not "
-    "(it times that step's kernel launches only); one re-taken only under an `if` of the loop (after"
-    " a validation pass) still spans many steps. An NCCL `dist.barrier()` counts as a sync. Files that never import torch and run another"
-    " framework (MXNet, TensorFlow, JAX) are not checked."
+    "(it times that step's kernel launches only); one re-taken only under an `if` of the loop "
+    "(after a validation pass) still spans many steps. An NCCL `dist.barrier()` outside an `if` "
+    "counts as a sync. Files that never import torch and run another framework (MXNet, "
+    "TensorFlow, JAX) are not checked."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
 GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch.cuda.synchronize()\n"
         "print(time.time() - t0)\n")
-# ``barrier``: an NCCL ``dist.barrier()`` blocks the host until the current stream's queued work is done
+# ``barrier``: an NCCL ``dist.barrier()`` blocks the host until the stream's queued work is done
 SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event", "barrier"})
 
 
@@ -116,8 +117,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                 continue
             start = max(starts)
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
-            if any(call_name(c) in SYNCS for c, _ in inside):
-                continue
+            if any(call_name(c) in SYNCS and not (call_name(c) == "barrier" and w.guarded) for c, w in inside):
+                continue  # (a barrier only now and then, under an ``if``, leaves the other steps unsynced)
             loop = _spanning_loop(ctx, stmts, node, node.right.id, end)
             if loop is not None and any(call_name(c) in SYNCS for c, w in calls if loop in w.loops):
                 continue  # the reading spans whole iterations: the previous step's sync bounds it
