@@ -23,7 +23,8 @@ RATIONALE = (
     "of memory. Accumulate `loss.item()` (a Python float, one sync) or `loss.detach()` (stays on "
     "the GPU, no sync). The rule fires on names that `.backward()` is called on, inside the loop "
     "that calls it; gradient-accumulation code that calls `.backward()` on the total is left "
-    "alone."
+    "alone, and so is a total reset to a number inside that same step loop (`running_loss = 0` at "
+    "each optimizer step): it lives one accumulation window, not the whole run."
 )
 BAD = ("total = 0.0\nfor x, y in loader:\n    loss = criterion(model(x), y)\n    loss.backward()\n"
        "    total += loss\n")
@@ -50,6 +51,20 @@ def _detached(ctx: FileContext, func: object) -> set[str]:
     return out
 
 
+def _reset_in_loop(ctx: FileContext, target: str, where) -> bool:
+    """``target`` is set back to a number inside the innermost step loop around the addition
+    (``running_loss = 0`` at each optimizer step): the total spans one accumulation window."""
+    loops = [loop for loop in where.loops if loop in ctx.step_loops]
+    if not loops:
+        return False
+    for stmt, at in ctx.stmts:
+        if (at.func is where.func and loops[-1] in at.loops and isinstance(stmt, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == target for t in stmt.targets)
+                and isinstance(stmt.value, ast.Constant) and type(stmt.value.value) in (int, float)):
+            return True
+    return False
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for stmt, where in ctx.stmts:
         if where.no_grad or not any(loop in ctx.step_loops for loop in where.loops):
@@ -66,6 +81,6 @@ def check(ctx: FileContext) -> Iterator[Hit]:
         if target in losses:
             continue  # accumulating a loss that is itself back-propagated: intended
         name = _added_loss(value, losses)
-        if name:
+        if name and not _reset_in_loop(ctx, target, where):
             yield Hit(stmt, f"`{target} += {name}` keeps every step's autograd graph alive: "
                             f"add `{name}.item()` or `{name}.detach()`")

@@ -28,13 +28,16 @@ RATIONALE = (
     "lies between the two readings. Loop-to-loop timing (`dt = t1 - t0; t0 = t1`) and time since"
     " a start taken before the loop span whole iterations, so a sync anywhere in that loop (a "
     "`.item()` under `if`) settles them; a start re-taken at the top of each iteration does not "
-    "(it times that step's kernel launches only). Files that never import torch and run another"
-    " framework (MXNet, TensorFlow, JAX) are not checked."
+    "(it times that step's kernel launches only); one re-taken only under an `if` of the loop "
+    "(after a validation pass) still spans many steps. An NCCL `dist.barrier()` outside an `if` "
+    "counts as a sync. Files that never import torch and run another framework (MXNet, "
+    "TensorFlow, JAX) are not checked."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
 GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch.cuda.synchronize()\n"
         "print(time.time() - t0)\n")
-SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event"})
+# ``barrier``: an NCCL ``dist.barrier()`` blocks the host until the stream's queued work is done
+SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event", "barrier"})
 
 
 def _timer_lines(ctx: FileContext, stmts: list) -> dict[str, list[int]]:
@@ -63,7 +66,8 @@ _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.A
 def _spanning_loop(ctx: FileContext, stmts: list, node: ast.BinOp, start: str, end: int) -> ast.AST | None:
     """The loop around ``end - start`` when each reading spans whole iterations: ``start`` is
     re-assigned in that loop only at or after the end reading (``t0 = t1``, loop-to-loop), or
-    only before the loop (time since the start). Earlier iterations' syncs, wherever they are in
+    only before the loop (time since the start), or only under an ``if`` of that loop (re-taken
+    now and then, after a validation pass). Earlier iterations' syncs, wherever they are in
     the loop, then bound what the clock sees. A ``start`` taken at the top of each iteration
     spans one iteration's launches only and is not such a loop."""
     loops = [w.loops for s, w in stmts if s.lineno <= node.lineno <= (s.end_lineno or s.lineno)]
@@ -71,6 +75,7 @@ def _spanning_loop(ctx: FileContext, stmts: list, node: ast.BinOp, start: str, e
         return None
     loop = loops[0][-1]
     inside = [stmt.lineno for stmt, where in stmts if loop in where.loops and isinstance(stmt, ast.Assign)
+              and not (where.guarded and where.loop is loop)  # re-taken now and then (after validation)
               and any(isinstance(t, ast.Name) and t.id == start for t in stmt.targets)]
     return loop if all(line >= end for line in inside) else None
 
@@ -112,8 +117,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                 continue
             start = max(starts)
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
-            if any(call_name(c) in SYNCS for c, _ in inside):
-                continue
+            if any(call_name(c) in SYNCS and not (call_name(c) == "barrier" and w.guarded) for c, w in inside):
+                continue  # (a barrier only now and then, under an ``if``, leaves the other steps unsynced)
             loop = _spanning_loop(ctx, stmts, node, node.right.id, end)
             if loop is not None and any(call_name(c) in SYNCS for c, w in calls if loop in w.loops):
                 continue  # the reading spans whole iterations: the previous step's sync bounds it

@@ -24,7 +24,8 @@ RATIONALE = (
     "`loss_scaler(loss, optimizer, ...)`) and never under an `if`, where logging usually is, in files that name a "
     "device (CUDA, NCCL, `torch.accelerator`, a `device`). A read that follows an unconditional "
     "`torch.cuda.synchronize()` in the same pass adds no wait (the device is already idle) and is "
-    "not reported."
+    "not reported. Test modules (`test_*.py`, `*_test.py`, `conftest.py`) check values on toy "
+    "data, not throughput, and are skipped."
 )
 BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    running += loss.item()\n"
 GOOD = ("for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    loss.backward()\n"
@@ -61,8 +62,8 @@ def _synced_lines(ctx: FileContext) -> dict[object, int]:
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.uses_gpu:
-        return  # CPU-only script: there is no device to wait for
+    if not ctx.uses_gpu or ctx.is_test:
+        return  # CPU-only script: no device to wait for; a test checks values, not throughput
     synced = _synced_lines(ctx)
     for call, where in ctx.calls:
         if where.loop not in ctx.step_loops or where.guarded:

@@ -18,14 +18,16 @@ RATIONALE = (
     " or `torch.backends.cudnn.enabled = False`) restrict cuDNN to deterministic kernels, which "
     "are often slower, and disable the autotuner's fastest choices. That is right for a "
     "reproducibility or debugging run, and a cost in a production training run. Reported as "
-    "information, only in files that contain a training loop."
+    "information, only in files that contain a training loop, and not in test modules "
+    "(`test_*.py`, `*_test.py`, `conftest.py`): a test that compares numerics is such a "
+    "reproducibility run."
 )
 BAD = "torch.backends.cudnn.deterministic = True\n"
 GOOD = "torch.backends.cudnn.benchmark = True  # production run: let cuDNN pick the fastest kernels\n"
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.step_loops or ("determinis" not in ctx.source and "cudnn" not in ctx.source):
+    if ctx.is_test or not ctx.step_loops or ("determinis" not in ctx.source and "cudnn" not in ctx.source):
         return
     for stmt, where in ctx.stmts:
         if where.guarded:

@@ -24,7 +24,8 @@ RATIONALE = (
     "(requirements*.txt, pyproject.toml, setup.py or setup.cfg next to the file or above it, or "
     "`target-torch` in `[tool.gpudoctor.lint]`) already gets the safe default, and only an "
     "explicit `weights_only=False` is reported there. A file in a temporary folder the same run "
-    "made (pytest's `tmp_path`/`tmpdir`, `tempfile`) was written by that run and is not reported."
+    "made (pytest's `tmp_path`/`tmpdir`, `tempfile`, also through a `self.<attr>` a test's `setUp` "
+    "set from `tempfile.mkdtemp()`) was written by that run and is not reported."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -42,14 +43,22 @@ def _own_temporary_file(ctx: FileContext, call: ast.Call, func: object) -> bool:
     path = call.args[0] if call.args else kwarg(call, "f")
     if path is None:
         return False
-    exprs = [path]
-    if isinstance(path, ast.Name):
-        exprs += ctx.assigned(path.id, func)
-    for node in (n for expr in exprs for n in ast.walk(expr)):
-        if isinstance(node, ast.Name) and node.id in _TEMP_DIRS:
-            return True
-        if isinstance(node, (ast.Name, ast.Attribute)) and (ctx.qualname(node) or "").startswith("tempfile."):
-            return True
+    exprs, seen = [(path, func)], set()
+    while exprs and len(seen) < 32:  # follow names and ``self.<attr>`` to what they were assigned
+        expr, scope = exprs.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Name) and node.id in _TEMP_DIRS:
+                return True
+            if isinstance(node, (ast.Name, ast.Attribute)) and (ctx.qualname(node) or "").startswith("tempfile."):
+                return True
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                exprs += [(value, scope) for value in ctx.assigned(node.id, scope)]
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "self" and scope in ctx.func_cls):  # set in setUp, read in a test
+                exprs += ctx.attr_assigns.get(ctx.func_cls[scope], {}).get(node.attr, [])
     return False
 
 
