@@ -120,6 +120,14 @@ class Fallback:
     def names(self) -> str:
         return ", ".join(s.name for s in self.kept)
 
+    def lines(self) -> tuple[str, ...]:
+        """What was kept and what was dropped, in words: one line per reason."""
+        out = [f"kept: {self.names} (the stages as they ran, up to {self.kept[-1].name}: each was tuned on what the "
+               "ones before it chose)"]
+        for why in dict.fromkeys(w for _, w in self.dropped):
+            out.append(f"dropped {', '.join(n for n, w in self.dropped if w == why)}: {why}")
+        return tuple(out)
+
 
 def _batch(ctx: TuneContext, config: Any) -> int:
     return max(1, min(config.batch_size or 32, len(ctx.target.train_dataset) // ctx.world_size))
@@ -180,10 +188,10 @@ def fallbacks(steps: Sequence[Step], fed: float | None, gpu: float | None) -> li
         dropped = []
         for s in steps[k:]:
             if bound and not s.fed:
-                why = (f"its gain was measured with the data on the device, and the loader feeds {fed:,.0f} of the "
-                       f"{gpu:,.0f} samples/s the GPU takes: the gain cannot reach training")
+                why = (f"measured with the data on the device, while the loader feeds {fed:,.0f} of the {gpu:,.0f} "
+                       f"samples/s the GPU takes ({fed / gpu:.0%}): a gain there cannot reach training")
             else:
-                why = "it ran after the stages kept, and a configuration with it lost its confirmation"
+                why = "ran after the stages kept, and a configuration with it lost its confirmation"
             dropped.append((s.name, why))
         out.append(Fallback(kept=tuple(steps[:k]), dropped=tuple(dropped)))
     return out
@@ -259,8 +267,7 @@ def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings, s
         write = bool(ctx.agree(write))
         results.append(KnobResult(
             knob="fallback", trials=(start_row, row), winner=(row if write else start_row).setting, summary=why,
-            notes=(f"kept: {part.names} (the stages up to {part.kept[-1].name}, in the order they ran: a "
-                   "configuration the trials built on)", *(f"dropped {n}: {w}" for n, w in part.dropped), note)))
+            notes=(*part.lines(), note)))
         say(f"fallback: {why}")
         if write:
             ctx.config, ctx.loader = part.kept[-1].config, part.kept[-1].loader
