@@ -240,7 +240,8 @@ def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings, s
         return Checked(write=True, results=(KnobResult(
             knob="confirm", summary="no setting changed: the starting configuration is written as it is"),))
     fed = input_bound(ctx)
-    parts = fallbacks(steps, fed, gpu_rate(ctx) if fed else None)
+    fed, gpu = ctx.agree((fed, gpu_rate(ctx) if fed else None))  # rank 0's: every rank confirms the same parts
+    parts = fallbacks(steps, fed, gpu)
     start_row, tuned_row, note = _versus(ctx, "confirm", start_config, start_loader, ctx.config, ctx.loader, "tuned")
     write, why = decide(start_row, tuned_row, ctx.options.tolerance, lost=NEXT if parts else KEPT)
     write = bool(ctx.agree(write))
