@@ -52,7 +52,9 @@ def register(app: typer.Typer) -> None:
 
         Every trial runs past warm-up and is repeated; a setting wins only above the run-to-run
         noise, and a confirmation run of the tuned configuration against the starting one decides
-        whether anything is written (never a slower configuration). --budget-s sets the time.
+        whether anything is written (never a slower configuration); when the whole loses, the
+        longest part of it that wins its own confirmation is written, with time left in the budget.
+        --budget-s sets the time.
 
         Exit codes: 0 tuned (or the starting configuration kept, with the reason); 2 usage or
         input error; 130 interrupted (nothing written).

@@ -25,6 +25,7 @@ _STYLE = {
 _TITLES = {
     "plan": "Reference run and budget plan (the starting configuration)",
     "confirm": "Confirmation: tuned vs starting configuration (as training runs them; interleaved)",
+    "fallback": "Fallback: part of the tuned configuration vs starting (as training runs them; interleaved)",
     "script:plan": "Reference run (the script as written)",
     "precision": "Precision (data on the GPU; per rank)",
     "batch": "Batch size (real steps; per rank)",
@@ -93,7 +94,7 @@ def _knob_block(knob: KnobResult) -> list[RenderableType]:
         parts.append(Fit(knob_table(knob)))  # stacked when the terminal is too narrow
     else:
         parts.append(Text(_TITLES.get(knob.knob, knob.knob), style="italic"))
-    verdict_only = knob.knob in ("plan", "confirm", "script:plan", "script:result")
+    verdict_only = knob.knob in ("plan", "confirm", "fallback", "script:plan", "script:result")
     head = Text("  winner: " if knob.winner and not verdict_only else "  result: ", style="bold")
     head.append(knob.summary or "none")
     parts.append(head)
@@ -119,6 +120,9 @@ def render_tune(result: TuneResult) -> Group:
     if result.kept_start:
         parts.append(Text("nothing written: the tuned configuration was not faster than the starting one beyond the "
                           "noise (see the confirmation); keep your starting configuration", style="yellow"))
+    elif not result.interrupted and any(k.knob == "fallback" for k in result.knobs):
+        parts.append(Text("the result is the part of the tuned configuration the fallback confirmed, not the whole "
+                          "(the stages it dropped, and why, are named above)", style="yellow"))
     if result.run_dirs:
         parts.append(Text(f"trial run directories (each child's output in its stdout.log): {result.run_dirs}"))
     if result.config_path:

@@ -11,16 +11,20 @@ decides whether the tuned configuration is written.
   median beats the starting one's beyond the noise; otherwise nothing is written and the result
   says why (never worse than where the user started) and, when the noise band was wider than
   :data:`~gpudoctor.tune.noise.NOISY`, that the machine was too noisy to confirm and what to do.
+* When the tuned whole loses, :func:`confirm` tries a **fallback**: a part of the tuned
+  configuration, confirmed against the start the same interleaved way; the first part that wins
+  beyond the noise is written (:func:`fallbacks` says which parts, and why those).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpudoctor.records.tune import KnobResult, Trial, TrialVerdict
-from gpudoctor.tune.loader import input_bound
+from gpudoctor.tune.loader import gpu_rate, input_bound
 from gpudoctor.tune.noise import compare, too_noisy
 from gpudoctor.tune.plan import CONFIRM_ROUNDS, Plan, make_plan
 from gpudoctor.tune.session import TuneContext, measured
@@ -87,10 +91,42 @@ def _fed(ctx: TuneContext, device_rate: float) -> Trial:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Checked:
-    """The confirmation's table and whether the tuned configuration is written."""
+    """The confirmation's table (then each fallback's) and whether ``ctx.config`` is written."""
 
-    result: KnobResult
+    results: tuple[KnobResult, ...]
     write: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Step:
+    """A stage that changed the configuration: the configuration it left (the stages before it
+    included) and whether its deciding trials ran through the real DataLoader, as training runs
+    (``fed``), or with the data already on the device."""
+
+    name: str
+    config: Any
+    loader: LoaderSettings
+    fed: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fallback:
+    """The configuration after ``kept``'s last stage, and the stages it leaves out, each with why."""
+
+    kept: tuple[Step, ...]
+    dropped: tuple[tuple[str, str], ...]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(s.name for s in self.kept)
+
+    def lines(self) -> tuple[str, ...]:
+        """What was kept and what was dropped, in words: one line per reason."""
+        out = [f"kept: {self.names} (the stages as they ran, up to {self.kept[-1].name}: each was tuned on what the "
+               "ones before it chose)"]
+        for why in dict.fromkeys(w for _, w in self.dropped):
+            out.append(f"dropped {', '.join(n for n, w in self.dropped if w == why)}: {why}")
+        return tuple(out)
 
 
 def _batch(ctx: TuneContext, config: Any) -> int:
@@ -103,48 +139,142 @@ def _steps(ctx: TuneContext, rate: float | None, batch: int) -> int:
     return min(_MAX_STEPS, max(ctx.steps, by_time))
 
 
-def decide(start_row: Trial, tuned_row: Trial, tolerance: float) -> tuple[bool, str]:
-    """Whether the tuned configuration is written, and why in words (pure: the confirmation's rows)."""
+KEPT = "the starting configuration is kept and nothing is written"
+NEXT = "not written; a part of it is confirmed next"
+
+
+def decide(start_row: Trial, tuned_row: Trial, tolerance: float, *, name: str = "tuned",
+           lost: str = KEPT) -> tuple[bool, str]:
+    """Whether the ``name`` configuration is written, and why in words (pure: the confirmation's
+    rows); ``lost`` says what happens when it does not win."""
     start, tuned = measured(start_row), measured(tuned_row)
     if tuned is None:
-        return False, f"the tuned configuration failed its confirmation ({tuned_row.reason}): nothing written"
+        return False, f"the {name} configuration failed its confirmation ({tuned_row.reason}): " + (
+            "nothing written" if lost == KEPT else lost)
     if start is None:
-        return True, f"the starting configuration failed ({start_row.reason}); the tuned one ran: written"
+        return True, f"the starting configuration failed ({start_row.reason}); the {name} one ran: written"
     gain, margin = compare(tuned, start, tolerance)
-    figures = f"tuned {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s, {gain:.2f}x round by round"
+    figures = f"{name} {tuned.median:,.0f} vs starting {start.median:,.0f} samples/s, {gain:.2f}x round by round"
     if gain > 1 + margin:
         return True, f"{figures} (beyond the +-{margin:.0%} noise): written"
     where = "inside" if gain >= 1 - margin else "below"
-    why = f"{figures} ({where} the +-{margin:.0%} noise): the starting configuration is kept and nothing is written"
+    why = f"{figures} ({where} the +-{margin:.0%} noise): {lost}"
     tip = too_noisy(margin) if where == "inside" else ""
     return False, f"{why}; {tip}" if tip else why
 
 
-def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings) -> Checked:
-    """Starting vs tuned, interleaved and repeated, each as training runs it."""
-    if ctx.config == start_config and ctx.loader == start_loader:
-        return Checked(write=True, result=KnobResult(
-            knob="confirm", summary="no setting changed: the starting configuration is written as it is"))
+def fallbacks(steps: Sequence[Step], fed: float | None, gpu: float | None) -> list[Fallback]:
+    """The parts of the tuned configuration worth confirming when the whole lost, longest first.
+
+    Each part is the configuration some stage left: the stages up to it, in the order they ran.
+    Every stage was tuned from what the stages before it chose (the scaler's ``init_scale`` under
+    the dtype precision picked, the batch under that dtype), so such a part is a combination the
+    trials built on; a part that skips a middle stage is one no trial measured. The order they ran
+    is the plan's order of what stages usually gain (the loader first when the starting loader
+    could not feed the GPU), so dropping the last ones one at a time drops the least valuable first.
+
+    When the loader still cannot feed the GPU (``fed`` samples/s, below what the GPU takes,
+    ``gpu``), a stage whose trials ran with the data on the device measured a gain that cannot
+    reach training past the loader, and one that asks more of the loader (a larger batch) can lose
+    it (ResNet-50 on an H200: batch 1024 won 1.32x on the device, the whole 0.81x through the
+    loader). So the parts start at the longest one whose stages were all measured through the
+    real DataLoader. A single changed stage has no part but the start: no fallback."""
+    longest = len(steps) - 1
+    bound = fed is not None and gpu is not None
+    if bound:
+        longest = min(longest, next((i for i, s in enumerate(steps) if not s.fed), len(steps)))
+    out: list[Fallback] = []
+    for k in range(longest, 0, -1):
+        dropped = []
+        for s in steps[k:]:
+            if bound and not s.fed:
+                why = (f"measured with the data on the device, while the loader feeds {fed:,.0f} of the {gpu:,.0f} "
+                       f"samples/s the GPU takes ({fed / gpu:.0%}): a gain there cannot reach training")
+            else:
+                why = "ran after the stages kept, and a configuration with it lost its confirmation"
+            dropped.append((s.name, why))
+        out.append(Fallback(kept=tuple(steps[:k]), dropped=tuple(dropped)))
+    return out
+
+
+def _left_s(ctx: TuneContext) -> float | None:
+    budget = ctx.options.budget_s
+    return None if budget is None else budget - ctx.elapsed()
+
+
+def _versus(ctx: TuneContext, knob: str, start_config: Any, start_loader: LoaderSettings, config: Any,
+            loader: LoaderSettings, name: str) -> tuple[Trial, Trial, str]:
+    """The starting configuration against ``config``, interleaved and repeated, as training runs them."""
     ctx.confirming = True
     try:
         warmup = ctx.options.warmup + 2  # + the loader's queues filling
-        start_batch, tuned_batch = _batch(ctx, start_config), _batch(ctx, ctx.config)
+        start_batch, tuned_batch = _batch(ctx, start_config), _batch(ctx, config)
         strategy = "ddp" if ctx.world_size > 1 else "none"  # under torchrun: as the job trains, DDP included
+        rate = ctx.consumption_rate if config.batch_size == ctx.config.batch_size else None
         specs = [
-            ctx.spec("confirm", f"starting configuration (batch {start_batch})", {}, config=start_config,
+            ctx.spec(knob, f"starting configuration (batch {start_batch})", {}, config=start_config,
                      mode="loader", batch_size=start_batch, loader=start_loader, warmup=warmup, strategy=strategy,
                      steps=_steps(ctx, ctx.reference_rate, start_batch)),
-            ctx.spec("confirm", f"tuned configuration (batch {tuned_batch})", {}, config=ctx.config, mode="loader",
-                     batch_size=tuned_batch, loader=ctx.loader, warmup=warmup, strategy=strategy,
-                     steps=_steps(ctx, ctx.consumption_rate or ctx.reference_rate, tuned_batch)),
+            ctx.spec(knob, f"{name} configuration (batch {tuned_batch})", {}, config=config, mode="loader",
+                     batch_size=tuned_batch, loader=loader, warmup=warmup, strategy=strategy,
+                     steps=_steps(ctx, rate or ctx.reference_rate, tuned_batch)),
         ]
         start_row, tuned_row = ctx.measure(specs, repeats=max(CONFIRM_ROUNDS, ctx.options.repeats))
     finally:
         ctx.confirming = False
-    write, why = decide(start_row, tuned_row, ctx.options.tolerance)
+    note = (f"each run as training runs it (real DataLoader, compile included), timed past {warmup} warm-up steps; "
+            f"{max(CONFIRM_ROUNDS, ctx.options.repeats)} interleaved rounds, median and spread")
+    return start_row, tuned_row, note
+
+
+def confirm(ctx: TuneContext, start_config: Any, start_loader: LoaderSettings, steps: Sequence[Step] = (),
+            say: Callable[[str], None] = lambda line: None) -> Checked:
+    """Starting vs tuned, interleaved and repeated, each as training runs it; when the tuned whole
+    loses, the parts :func:`fallbacks` lists, longest first, until one wins beyond the noise.
+
+    The budget: a fallback is not reserved in the plan (most runs never need one: the reserve would
+    cut stages that win); it runs only when the time left in the budget holds what the
+    confirmation just took (a fallback runs the same starting arm, and an arm no larger than the
+    tuned one), else the result says it was not run and what it needed."""
+    if ctx.config == start_config and ctx.loader == start_loader:
+        return Checked(write=True, results=(KnobResult(
+            knob="confirm", summary="no setting changed: the starting configuration is written as it is"),))
+    fed = input_bound(ctx)
+    fed, gpu = ctx.agree((fed, gpu_rate(ctx) if fed else None))  # rank 0's: every rank confirms the same parts
+    parts = fallbacks(steps, fed, gpu)
+    start_row, tuned_row, note = _versus(ctx, "confirm", start_config, start_loader, ctx.config, ctx.loader, "tuned")
+    write, why = decide(start_row, tuned_row, ctx.options.tolerance, lost=NEXT if parts else KEPT)
     write = bool(ctx.agree(write))
-    return Checked(write=write, result=KnobResult(
-        knob="confirm", trials=(start_row, tuned_row), winner=(tuned_row if write else start_row).setting,
-        summary=why, notes=(f"each run as training runs it (real DataLoader, compile included), timed past "
-                            f"{warmup} warm-up steps; {max(CONFIRM_ROUNDS, ctx.options.repeats)} interleaved "
-                            "rounds, median and spread",)))
+    results = [KnobResult(knob="confirm", trials=(start_row, tuned_row), summary=why, notes=(note,),
+                          winner=(tuned_row if write else start_row).setting)]
+    say(f"confirm: {why}")
+    if write or not parts:
+        return Checked(write=write, results=tuple(results))
+    cost = sum(t.wall_s for t in (start_row, tuned_row))
+    for i, part in enumerate(parts):
+        left = _left_s(ctx)
+        if bool(ctx.agree(left is not None and left < cost)):
+            results.append(KnobResult(knob="fallback", summary=(
+                f"not run: confirming the tuned configuration less {_names(part)} needs ~{cost:.0f} s (what the "
+                f"confirmation took), {max(left or 0.0, 0.0):.0f} s of the budget was left: "
+                f"{KEPT}; raise --budget-s to confirm it")))
+            say(f"fallback: {results[-1].summary}")
+            break
+        say(f"fallback: confirming {part.names} only (less {_names(part)}) ...")
+        start_row, row, note = _versus(ctx, "fallback", start_config, start_loader, part.kept[-1].config,
+                                       part.kept[-1].loader, "fallback")
+        write, why = decide(start_row, row, ctx.options.tolerance, name="fallback",
+                            lost=KEPT if i == len(parts) - 1 else "not written; a shorter part is confirmed next")
+        write = bool(ctx.agree(write))
+        results.append(KnobResult(
+            knob="fallback", trials=(start_row, row), winner=(row if write else start_row).setting, summary=why,
+            notes=(*part.lines(), note)))
+        say(f"fallback: {why}")
+        if write:
+            ctx.config, ctx.loader = part.kept[-1].config, part.kept[-1].loader
+            return Checked(write=True, results=tuple(results))
+    return Checked(write=False, results=tuple(results))
+
+
+def _names(part: Fallback) -> str:
+    return ", ".join(n for n, _ in part.dropped)

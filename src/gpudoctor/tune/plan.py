@@ -1,5 +1,7 @@
 """The budget plan, pure: how many trials each stage needs, what that costs at the measured step
 time, what each stage is given, and what is cut (named, with what it would have needed).
+The fallback confirmation (a part of the tuned configuration, when the whole loses: ``confirm.py``)
+is not reserved: it runs only when the budget's time left holds what the confirmation took.
 
 The cost of a trial is its set-up (model and optimizer built, moved to the device, first-step
 autotuning: the reference trial's wall time minus its steps) plus its steps at the measured step

@@ -4,7 +4,8 @@
 reference trial: its step time and set-up time size every later trial and the budget plan,
 :mod:`.plan`), then runs precision -> batch -> loader -> scaler -> ddp (each knob starts from what
 the previous ones chose), then confirms (:mod:`.confirm`): the tuned configuration runs against the
-starting one, interleaved and repeated, and is written only when it is faster beyond the noise.
+starting one, interleaved and repeated, and is written only when it is faster beyond the noise
+(else the longest part of it that is: :func:`~gpudoctor.tune.confirm.fallbacks`).
 A stage that runs out of its budget keeps its starting values. Every setting is measured
 ``repeats`` times, interleaved with what it is compared against, and wins only beyond the noise
 (:mod:`.noise`). When the starting loader cannot feed the GPU the loader stage runs first (no other
@@ -115,6 +116,7 @@ class TuneContext:
         self.compile_cut = False  # the plan cut the torch.compile trial
         self.reference_rate: float | None = None  # the starting configuration's samples/s (data on the device)
         self.fed_rate: float | None = None  # samples/s through the loader training uses (its best so far)
+        self.fed_knobs: set[str] = set()  # the knobs that ran a trial through the real DataLoader
 
     # -- budget
     def elapsed(self) -> float:
@@ -173,6 +175,8 @@ class TuneContext:
         on their own here, and one rank leaving a knob early would mismatch the collectives."""
         if self.world_size == 1 and self.out_of_time():
             raise BudgetSpent()
+        if spec.mode == "loader":
+            self.fed_knobs.add(spec.knob)
         trial = self.runner.run(spec)
         self.on_run()
         if record:
@@ -304,6 +308,7 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
 
     options = options or TuneOptions()
     say = on_say or (lambda message: None)
+    on_knob = on_knob or (lambda name: None)
     order = list(KNOBS) if "all" in knobs else [k for k in KNOBS if k in knobs]
     target = target or load_target(target_ref)
     env = dist_env()
@@ -313,19 +318,15 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
     isolation = "inline" if env.world_size > 1 and options.isolation == "auto" else options.isolation
     runner = TrialRunner(target, target_ref, isolation=isolation)
     ctx = TuneContext(target, runner, options, device=device, rank=env.rank, world_size=env.world_size)
-    if on_trial is not None:
-        ctx.on_trial = on_trial
-    if on_run is not None:
-        ctx.on_run = on_run
+    ctx.on_trial, ctx.on_run = on_trial or ctx.on_trial, on_run or ctx.on_run
     tuners = {"precision": precision.tune_precision, "batch": batch.tune_batch, "loader": loader.tune_loader,
               "scaler": scaler.tune_scaler, "ddp": ddp.tune_ddp}
     results: list[KnobResult] = []
-    interrupted = False
-    plan = None
+    steps: list[confirm.Step] = []  # the stages that changed the configuration, in the order they ran
+    interrupted, plan = False, None
     start_config, start_loader = ctx.config, ctx.loader
     try:
-        if on_knob is not None:
-            on_knob("plan")
+        on_knob("plan")
         ctx.flops_per_sample = _count_flops(target, runner) if ctx.cuda else None
         reference, plan = confirm.reference(ctx, order)
         if plan.value_order[0] == "loader":  # loader-bound: tuned first, what it leaves goes to the rest
@@ -352,8 +353,7 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
                                           f"~{stage.need_s:.0f} s for ~{stage.trials} trials: raise --budget-s"))
                 say(f"{name}: cut ({stage.cut}; needs ~{stage.need_s:.0f} s)")
                 continue
-            if on_knob is not None:
-                on_knob(name)
+            on_knob(name)
             given = stage.given_s if stage is not None else float("inf")
             say(f"tuning {name} (~{stage.trials if stage else '?'} trials, {given:.0f} s given) ...")
             ctx.begin_stage(given)
@@ -367,17 +367,17 @@ def tune(knobs: list[str], *, target_ref: str, target: TuneTarget | None = None,
                 ctx.config, ctx.loader = kept_config, kept_loader  # never half a stage: its starting values
                 results.append(KnobResult(knob=name, trials=tuple(ctx.trials[first:]),
                                           summary=f"budget spent before {name} finished: its starting values kept"))
+            if (ctx.config, ctx.loader) != (kept_config, kept_loader):
+                steps.append(confirm.Step(name=name, config=ctx.config, loader=ctx.loader, fed=name in ctx.fed_knobs))
             say(f"{name}: done in {time.perf_counter() - ctx.stage_started:.0f} s ({results[-1].summary})")
         ctx.begin_stage(float("inf"))
-        if on_knob is not None:
-            on_knob("confirm")
-        checked = confirm.confirm(ctx, start_config, start_loader)
-        results.append(checked.result)
-        say(f"confirm: {checked.result.summary}")
+        on_knob("confirm")
+        checked = confirm.confirm(ctx, start_config, start_loader, steps, say)
+        results.extend(checked.results)
     except KeyboardInterrupt:
         interrupted = True
         done = {k.knob for k in results}
-        current = next((k for k in ["plan", *order, "confirm"] if k not in done), "confirm")
+        current = next((k for k in ["plan", *order, "confirm", "fallback"] if k not in done), "fallback")
         results.append(KnobResult(knob=current, trials=tuple(t for t in ctx.trials if t.knob == current),
                                   summary="interrupted (Ctrl-C); the trials above finished; nothing written"))
         checked = None
