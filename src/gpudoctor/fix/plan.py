@@ -43,6 +43,7 @@ from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
 from gpudoctor.fix.loader import loader_ops
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
+from gpudoctor.fix.models import model_ops
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op, OptionEdit
 from gpudoctor.lint.rules.gd401_data_parallel import QUALS as DATA_PARALLEL
 from gpudoctor.records.finding import Finding
@@ -247,7 +248,9 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         return ops, "" if done else "no .to()/.cuda() of the batch tensors in the training loop"
     if kind == "compile" and compile_blocker(found):
         return [], compile_blocker(found)
-    if kind in ("cudnn_benchmark", "tf32", "channels_last", "compile") and found.model_assign is None:
+    if kind in ("compile", "channels_last"):
+        return model_ops(kind, found)  # every model the loop trains (a GAN: two), before a DDP wrap
+    if kind in ("cudnn_benchmark", "tf32") and found.model_assign is None:
         return [], f"the assignment of the model ({found.model_outer or 'unknown'}) before the loop was not found"
     at = found.pos(found.model_assign) if found.model_assign is not None else None
     if kind == "cudnn_benchmark":
@@ -255,18 +258,6 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     if kind == "tf32":
         return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cuda.matmul.allow_tf32 = True",
                                                  "torch.backends.cudnn.allow_tf32 = True"))], ""
-    if kind == "compile":
-        return [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer}.compile()",))], ""
-    if kind == "channels_last":
-        if not found.conv:
-            return [], "no convolution built in this file"
-        ops = [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer} = {found.model_outer}.to(memory_format=torch.channels_last)",))]
-        if found.forward is not None and found.forward_input is not None:
-            x = found.forward_input
-            first = found.pos(found.forward[0])
-            ops.append(Op(INSERT_BEFORE, first, first, text=(
-                f"{x} = {x}.contiguous(memory_format=torch.channels_last) if {x}.dim() == 4 else {x}",)))
-        return ops, ""
     if kind == "bf16":
         if found.autocast:
             return [], "the script already uses autocast"
@@ -291,6 +282,10 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         sampler, outer = sampler_name(found), epoch_loop(found)
         if sampler is None or outer is None:
             return [], "the DistributedSampler or the epoch loop around the training loop was not found"
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "set_epoch"
+               and isinstance(n.func.value, ast.Name) and n.func.value.id == sampler
+               for loop in found.enclosing_loops() for n in ast.walk(loop)):
+            return [], ""  # the epoch loop calls it already: nothing to change
         start, var = outer
         first = found.pos(start)
         return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
