@@ -13,9 +13,11 @@ GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, pref
 GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
 GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader does not pin)
 GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`` (knob_map.fp32_knobs)
-GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
+GD-RUN-CHANNELS-LAST   ``channels_last`` (each conv net the loop trains, and their 4-D inputs:
+                       :mod:`gpudoctor.fix.models`)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
-GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same); the larger
+GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()`` on each model the loop trains, before a DDP
+                       wrap: the state_dict keys stay the same); the larger
                        batch of its prescription is text advice (it changes the optimisation)
 GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
                        -> ``losses.append(x.detach())``: read when printed, formatted)
