@@ -10,6 +10,9 @@ where one optimizer's model is not located (a parameter list, ``itertools.chain(
 F.parameters())``, a model assigned in a branch) the change is advice for all of them: applied to
 some models only it is not the fix the finding prescribes.
 
+A file that builds ``torch.nn.Lazy*`` modules gets channels-last as advice: their parameters do
+not exist before the first forward, and converting the model raises on them.
+
 ``channels_last`` goes on conv nets only (a class of the file or an ``nn.Sequential`` that builds a
 convolution; a model built elsewhere: when the file or its project builds convolutions, since the
 conversion leaves anything but 4-D tensors alone), and on the plain-name inputs they are called
@@ -105,7 +108,8 @@ def trained(found) -> tuple[list[Trained], str]:
         outer, scope = model
         assign = dominating_assign(found, outer, scope, use_in(found, scope))
         if assign is None:
-            return [], f"the loop steps {len(keys)} optimizers and the assignment of {outer} before the loop was not found"
+            return [], (f"the loop steps {len(keys)} optimizers and the assignment of {outer} before the loop "
+                        "was not found")
         if all(t.name != outer for t in out):
             out.append(Trained(outer, local_name(found, outer, scope), assign, _conv_net(found, outer, scope)))
     return out, ""
@@ -131,6 +135,12 @@ def model_ops(kind: str, found) -> tuple[list[Op], str]:
     if kind == "channels_last":
         if not found.conv:
             return [], "no convolution built in this file"
+        lazy = next((c for c, _ in found.ctx.calls
+                     if (found.ctx.qualname(c.func) or "").startswith("torch.nn.Lazy")), None)
+        if lazy is not None:
+            return [], (f"{ast.get_source_segment(found.ctx.source, lazy.func)} at line {lazy.lineno} has no "
+                        "parameters until the first forward, and .to(memory_format=torch.channels_last) raises "
+                        "on them: convert the model after one forward of a dummy batch")
         models = [m for m in models if m.conv is not False]
     ops: list[Op] = []
     for model in models:

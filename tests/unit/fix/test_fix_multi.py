@@ -7,7 +7,9 @@ script written here:
 - a conv net and an MLP: channels-last on the conv net only, compile on both;
 - an optimizer over ``itertools.chain(...)`` of two models: not located, so advice for all;
 - ``model = DDP(model)``: channels-last and compile on the inner module, before the wrap;
-- a DistributedSampler whose epoch loop calls ``set_epoch`` already: nothing added.
+- a DistributedSampler whose epoch loop calls ``set_epoch`` already: nothing added;
+- ``nn.Lazy*`` modules: channels-last is advice (converting raises before the first forward);
+- autocast or compile behind the script's own off-by-default ``store_true`` flag: the advice names it.
 """
 
 from __future__ import annotations
@@ -177,3 +179,51 @@ def test_set_epoch_called_already_adds_nothing() -> None:
     plan, fixed = planned(missing, "GD-RUN-NO-SET-EPOCH")
     assert [c.kind for c in plan.changes] == ["set_epoch"] and fixed.count("sampler.set_epoch(epoch)") == 1
     assert textwrap.dedent(missing) != textwrap.dedent(DDP_SCRIPT)
+
+
+def test_lazy_modules_keep_channels_last_as_advice(tmp_path: Path) -> None:
+    """``nn.LazyLinear`` has no parameters before the first forward: converting the model raises
+    (checked here on the unpatched form), so channels-last is advice; compile still applies."""
+    lazy = DDP_SCRIPT.replace("nn.Linear(144, 4)", "nn.LazyLinear(4)")
+    plan, fixed = planned(lazy, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
+    assert [c.kind for c in plan.changes] == ["compile"] and "channels_last" not in fixed
+    assert "nn.LazyLinear at line 14" in advice(plan, "channels_last")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import torch\nfrom torch import nn\n"
+                     "m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(4))\n"
+                     "try:\n    m.to(memory_format=torch.channels_last)\nexcept ValueError:\n    print('raises')\n")
+    out = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "raises"
+
+
+SWITCHED = """
+    import argparse
+    import torch
+    from torch import nn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--amp", action="store_true", help="bf16 autocast")
+    parser.add_argument("--compile", action="store_true")
+    args = parser.parse_args()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    if args.compile:
+        model.compile()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp):
+            loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_store_true_switch_is_named_not_patched() -> None:
+    plan, fixed = planned(SWITCHED, "GD-RUN-FP32-COMPUTE", "GD-RUN-LAUNCH-BOUND")
+    assert "bfloat16, enabled=args.amp" in fixed and fixed.count(".compile()") == 1
+    assert advice(plan, "bf16").endswith("it is behind the script's own --amp, off by default; run it with --amp")
+    assert advice(plan, "compile").endswith("run it with --compile")
+    on = SWITCHED.replace('"--amp", action="store_true"', '"--amp", action="store_true", default=True')
+    plan, _ = planned(on, "GD-RUN-FP32-COMPUTE")
+    assert advice(plan, "bf16") == "bf16: the script already uses autocast"
