@@ -144,8 +144,8 @@ JUDGED2 = {
     "yt_resnet": ("yes", "as yt_cnn: loader on train_loader, ResNet convs channels_last, bf16 over forward+loss"),
     "yt_language_model": ("yes", "no DataLoader (Corpus ids sliced): loader advice; bf16 over model(inputs, states)"
                           "+criterion; cudnn_benchmark only because this plan forces it (an LSTM)"),
-    "yt_gan": ("partly", "bf16 advice: nn.BCELoss, which CUDA autocast refuses (was patched: raises at step 1); "
-               "compile on D only (G, the second model, not compiled)"),
+    "yt_gan": ("yes", "bf16 advice: nn.BCELoss, which CUDA autocast refuses (was patched: raises at step 1); "
+               "compile on D and G, after each one's .to(device) (was D only); channels_last advice: no conv"),
     "yt_vae": ("yes", "non_blocking on x.to(device) only (was also on the chained .view(): TypeError); bf16 advice: "
                "F.binary_cross_entropy (was patched: CUDA autocast raises)"),
     "gan_wgan_gp": ("yes", "compile advice: autograd.grad(create_graph=True) gradient penalty, no double backward "
@@ -153,17 +153,19 @@ JUDGED2 = {
                     "penalty: runs, numerics unmeasured; tf32/cudnn lines between the two models (harmless)"),
     "gan_cyclegan": ("yes", "loader via the --n_cpu default (argparse) + persistent on the training loader "
                      "(val_dataloader untouched); three models, two optimizers: everything else advice"),
-    "gan_dcgan": ("partly", "bf16 advice: nn.BCELoss (was patched: CUDA autocast raises); channels_last on the "
-                  "generator and on z (a 2-D latent: guarded no-op), the conv discriminator not converted; compile on "
-                  "G only"),
+    "gan_dcgan": ("yes", "bf16 advice: nn.BCELoss (was patched: CUDA autocast raises); channels_last and compile "
+                  "on the generator and the discriminator (was G only), real_imgs converted before D's first call, "
+                  "z guarded (2-D: a no-op), gen_imgs not (G's output)"),
     "simsiam": ("yes", "loader via the -j default (32 -> 8) + persistent; bf16 over model(x1, x2)+criterion; compile "
                 "after the DDP wrap; channels_last advice: torchvision model built by name"),
-    "barlowtwins": ("partly", "num_workers=args.workers replaced by a literal 8 (args reaches main_worker as a "
-                    "parameter: --workers no longer applies; fixargs' area) while persistent reads args.workers; "
-                    "set_epoch added in the epoch loop (right); bf16 advice: autocast already"),
-    "vicreg": ("partly", "channels_last applied after the DDP wrap (DDP's gradient buckets were laid out for the "
-               "contiguous params: belongs before the wrap); compile after DDP; set_epoch right; loader via the "
-               "--num-workers default (10 -> 8)"),
+    "barlowtwins": ("yes", "num_workers=args.workers kept: args traced through mp.spawn(main_worker, (args,), n) "
+                    "to --workers, whose default is 8 already (was replaced by a literal 8); persistent and "
+                    "prefetch guarded by args.workers > 0; set_epoch not added: the epoch loop calls it (was "
+                    "added twice); bf16 advice: autocast already"),
+    "vicreg": ("yes", "channels_last and compile on the inner module before the DDP wrap (was after it: DDP's "
+               "buckets laid out for the contiguous params; PyTorch's docs compile the module passed to DDP); "
+               "set_epoch not added: the loop calls it (was added twice); loader via the --num-workers default "
+               "(10 -> 8)"),
 }
 
 

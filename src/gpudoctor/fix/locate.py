@@ -46,6 +46,7 @@ class Located:
     step_func: ast.AST | None = None  # the function holding .backward() (func, or a helper it calls)
     backward: ast.Call | None = None
     step: ast.Call | None = None
+    steps: list[ast.Call] = field(default_factory=list)  # every optimizer step of the loop (a GAN: two)
     loss: str | None = None
     optimizer: str | None = None
     model: str | None = None  # the name the loop's function calls the model by
@@ -141,7 +142,7 @@ def locate(source: str, path: str = "<script>") -> Located:
     if not isinstance(loop, (ast.For, ast.While)) or not steps:
         found.notes.append("the loop that calls .backward() does not step an optimizer")
         return found
-    found.loop, found.func, found.backward, found.step = loop, func, backward, steps[0]
+    found.loop, found.func, found.backward, found.step, found.steps = loop, func, backward, steps[0], steps
     found.step_func = where.func
     recv = backward.func.value if isinstance(backward.func, ast.Attribute) else None
     if _scaler_call(recv, "scale"):  # ``scaler.scale(loss).backward()``
@@ -264,24 +265,17 @@ def _assigned_in_every_arm(stmt: ast.AST, name: str) -> bool:
 
 
 def _find_model(found: Located) -> None:
-    ctx = found.ctx
+    from gpudoctor.fix.models import local_name, model_of
+
     if found.optimizer is None or "." in found.optimizer:
         return  # self.optimizer: methods.find_model, through the forward
-    opt, scope = origin(found, found.optimizer, found.step_func)  # a step helper's parameter: to its caller
-    outer = None
-    for value in ctx.assigned(opt, scope):
-        if isinstance(value, ast.Call) and value.args:
-            first = value.args[0]
-            if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute)
-                    and first.func.attr == "parameters" and isinstance(first.func.value, ast.Name)):
-                outer = first.func.value.id
-    if outer is None:
+    model = model_of(found, found.optimizer, found.step_func)  # a step helper's parameter: to its caller
+    if model is None:
         found.notes.append(f"the model {found.optimizer} trains was not found (optimizer built from model.parameters())")
         return
+    outer, scope = model
     # the name the loop's function calls it by: itself, or the parameter its call site fills with it
-    local = [n for n in {outer, *ctx.params.get(found.func, ())}
-             if origin(found, n, found.func) == (outer, scope)]
-    found.model = local[0] if len(local) == 1 else None
+    found.model = local_name(found, outer, scope)
     found.model_assign = dominating_assign(found, outer, scope, use_in(found, scope))
     found.model_outer = outer
 

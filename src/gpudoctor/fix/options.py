@@ -172,6 +172,28 @@ def traced_option(found, value: ast.AST, call: ast.Call) -> Option | None:
     return option
 
 
+def switch(found, node: ast.AST) -> str:
+    """The script's own off-by-default ``store_true`` flag that turns ``node`` on (``--amp`` of
+    ``if args.amp: model.compile()`` or ``autocast(enabled=args.amp)``), or ``""``: ``fix`` names
+    the flag to run with rather than patching what the script already does behind it."""
+    from gpudoctor.lint.flow import parents
+
+    options, up = parser_options(found.ctx.tree), parents(found.ctx)
+    tests = [k.value for k in node.keywords] if isinstance(node, ast.Call) else []
+    child, parent = node, up.get(id(node))
+    while parent is not None:
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            tests.append(parent.test)
+        child, parent = parent, up.get(id(parent))
+    for test in tests:
+        for attr in ast.walk(test):
+            option = options.get(attr.attr) if isinstance(attr, ast.Attribute) else None
+            if option is not None and option.action == "store_true" and not (
+                    isinstance(option.default, ast.Constant) and option.default.value):
+                return next((f for f in option.flags if f.startswith("--")), option.flags[0])
+    return ""
+
+
 def readers(found, dest: str) -> list[int]:
     """The lines that read ``<name>.<dest>`` of some name (the option's other uses)."""
     return sorted({n.lineno for n in ast.walk(found.ctx.tree) if isinstance(n, ast.Attribute) and n.attr == dest
@@ -250,4 +272,4 @@ def shown(argv: tuple[str, ...], script: str) -> str:
 
 
 __all__ = ["Option", "command_line", "dest_of", "is_namespace", "long_flags", "parser_options", "readers",
-           "rewrite_argv", "shown", "traced_option"]
+           "rewrite_argv", "shown", "switch", "traced_option"]

@@ -13,9 +13,11 @@ GD-RUN-DATALOADER      ``loader`` (workers, pin_memory, persistent_workers, pref
 GD-RUN-H2D-PAGEABLE    ``loader`` (pin_memory) and ``non_blocking``
 GD-RUN-H2D-BLOCKING    ``non_blocking`` (and ``pin_memory`` where the loader does not pin)
 GD-RUN-FP32-COMPUTE    ``cudnn_benchmark``, ``tf32``, ``channels_last``, ``bf16`` (knob_map.fp32_knobs)
-GD-RUN-CHANNELS-LAST   ``channels_last`` (the model, and its 4-D input)
+GD-RUN-CHANNELS-LAST   ``channels_last`` (each conv net the loop trains, and their 4-D inputs:
+                       :mod:`gpudoctor.fix.models`)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
-GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()``: the state_dict keys stay the same); the larger
+GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()`` on each model the loop trains, before a DDP
+                       wrap: the state_dict keys stay the same); the larger
                        batch of its prescription is text advice (it changes the optimisation)
 GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
                        -> ``losses.append(x.detach())``: read when printed, formatted)
@@ -43,7 +45,9 @@ from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
 from gpudoctor.fix.loader import loader_ops
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
+from gpudoctor.fix.models import model_ops
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op, OptionEdit
+from gpudoctor.fix.options import switch
 from gpudoctor.lint.rules.gd401_data_parallel import QUALS as DATA_PARALLEL
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu_specs import match_spec
@@ -247,7 +251,9 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         return ops, "" if done else "no .to()/.cuda() of the batch tensors in the training loop"
     if kind == "compile" and compile_blocker(found):
         return [], compile_blocker(found)
-    if kind in ("cudnn_benchmark", "tf32", "channels_last", "compile") and found.model_assign is None:
+    if kind in ("compile", "channels_last"):
+        return model_ops(kind, found)  # every model the loop trains (a GAN: two), before a DDP wrap
+    if kind in ("cudnn_benchmark", "tf32") and found.model_assign is None:
         return [], f"the assignment of the model ({found.model_outer or 'unknown'}) before the loop was not found"
     at = found.pos(found.model_assign) if found.model_assign is not None else None
     if kind == "cudnn_benchmark":
@@ -255,21 +261,9 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
     if kind == "tf32":
         return [Op(INSERT_BEFORE, at, at, text=("torch.backends.cuda.matmul.allow_tf32 = True",
                                                  "torch.backends.cudnn.allow_tf32 = True"))], ""
-    if kind == "compile":
-        return [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer}.compile()",))], ""
-    if kind == "channels_last":
-        if not found.conv:
-            return [], "no convolution built in this file"
-        ops = [Op(INSERT_AFTER, at, at, text=(f"{found.model_outer} = {found.model_outer}.to(memory_format=torch.channels_last)",))]
-        if found.forward is not None and found.forward_input is not None:
-            x = found.forward_input
-            first = found.pos(found.forward[0])
-            ops.append(Op(INSERT_BEFORE, first, first, text=(
-                f"{x} = {x}.contiguous(memory_format=torch.channels_last) if {x}.dim() == 4 else {x}",)))
-        return ops, ""
     if kind == "bf16":
         if found.autocast:
-            return [], "the script already uses autocast"
+            return [], "the script already uses autocast" + _own_switch(found, _autocast_call(found))
         bce = bce_blocker(found)
         if bce:
             return [], bce
@@ -291,6 +285,10 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         sampler, outer = sampler_name(found), epoch_loop(found)
         if sampler is None or outer is None:
             return [], "the DistributedSampler or the epoch loop around the training loop was not found"
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "set_epoch"
+               and isinstance(n.func.value, ast.Name) and n.func.value.id == sampler
+               for loop in found.enclosing_loops() for n in ast.walk(loop)):
+            return [], ""  # the epoch loop calls it already: nothing to change
         start, var = outer
         first = found.pos(start)
         return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
@@ -326,7 +324,7 @@ def compile_blocker(found: Located) -> str:
                 isinstance(func, ast.Attribute) and func.attr == "compile" and not call.args
                 and (ctx.qualname(func.value) or "").partition(".")[0] not in ("re", "regex")):
             return (f"the script compiles already (line {call.lineno}): turn on its own switch for it "
-                    "rather than compiling twice")
+                    "rather than compiling twice" + _own_switch(found, call))
         if (ctx.qualname(func) == "torch.autograd.grad"
                 and any(k.arg == "create_graph" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                         for k in call.keywords)):
@@ -337,6 +335,19 @@ def compile_blocker(found: Located) -> str:
                     "would run the compiled original module; move to DistributedDataParallel (lint GD401), "
                     "then compile")
     return ""
+
+
+def _autocast_call(found: Located) -> ast.Call | None:
+    def name(call: ast.Call) -> str:
+        return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+    return next((c for c, _ in found.ctx.calls if name(c) == "autocast"), None)
+
+
+def _own_switch(found: Located, node: ast.AST | None) -> str:
+    """``: run it with --amp`` where an off-by-default flag of the script turns ``node`` on."""
+    flag = switch(found, node) if node is not None else ""
+    return f": it is behind the script's own {flag}, off by default; run it with {flag}" if flag else ""
 
 
 def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], str]:

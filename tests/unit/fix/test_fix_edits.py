@@ -195,6 +195,6 @@ def test_a_model_assigned_in_both_arms_of_an_if_is_patched_after_the_if() -> Non
     (change,) = changes_for(source, "GD-RUN-LAUNCH-BOUND").changes
     fixed, _, dropped = apply_located(source, [change])
     assert not dropped
-    assert "        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).to(device)\n" \
+    assert "        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 30 * 30, 10)).to(device)\n" \
            "    # gpudoctor fix: GD-RUN-LAUNCH-BOUND — fuse the many small kernels of a launch-bound step\n" \
            "    model.compile()\n" in fixed
