@@ -161,12 +161,14 @@ JUDGED2 = {
                   "G only"),
     "simsiam": ("yes", "loader via the -j default (32 -> 8) + persistent; bf16 over model(x1, x2)+criterion; compile "
                 "after the DDP wrap; channels_last advice: torchvision model built by name"),
-    "barlowtwins": ("partly", "num_workers=args.workers replaced by a literal 8 (args reaches main_worker as a "
-                    "parameter: --workers no longer applies; fixargs' area) while persistent reads args.workers; "
-                    "set_epoch added in the epoch loop (right); bf16 advice: autocast already"),
+    "barlowtwins": ("yes", "loader: persistent/prefetch guarded by args.workers, its --workers default already 8 "
+                    "(was a literal 8 on the call: args reaches main_worker through mp.spawn, traced since); "
+                    "set_epoch advice: the epoch loop calls sampler.set_epoch already (round three: the duplicate "
+                    "line it added was misread as right); bf16 advice: autocast already"),
     "vicreg": ("partly", "channels_last applied after the DDP wrap (DDP's gradient buckets were laid out for the "
-               "contiguous params: belongs before the wrap); compile after DDP; set_epoch right; loader via the "
-               "--num-workers default (10 -> 8)"),
+               "contiguous params: belongs before the wrap); compile after DDP; set_epoch advice: called already "
+               "(round three: the duplicate line it added was misread as right); loader via the --num-workers "
+               "default (10 -> 8)"),
 }
 
 
