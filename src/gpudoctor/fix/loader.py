@@ -56,6 +56,10 @@ def loader_ops(kind: str, found: Located, config: RankConfig | None,
     replaced: list[str] = []
     for name, value in pairs:
         current = kw.get(name)
+        kept = _keep_workers(found) if name == "num_workers" else ""
+        if kept:
+            replaced.append(kept)
+            continue
         if current is None or isinstance(current, ast.Constant):
             on_call.append((name, value))
             continue
@@ -74,13 +78,28 @@ def loader_ops(kind: str, found: Located, config: RankConfig | None,
     workers = kw.get("num_workers")
     if workers is not None and not isinstance(workers, ast.Constant) and "num_workers" not in dict(on_call):
         on_call = _guarded(on_call, ast.get_source_segment(src, workers) or "", workers)
+    elif "num_workers" not in dict(on_call) and not (isinstance(workers, ast.Constant) and workers.value):
+        on_call = [(n, v) for n, v in on_call if n not in ("persistent_workers", "prefetch_factor")]  # no workers
     if on_call:
         why = _why(dict(on_call))
-        if replaced:
-            why += f" ({'; '.join(replaced)}: that setting no longer applies to this loader)"
+        lost = [r for r in replaced if " was " in r]
+        kept = [r for r in replaced if " was " not in r]
+        if lost:
+            why += f" ({'; '.join(lost)}: that setting no longer applies to this loader)"
+        if kept:
+            why += f" ({'; '.join(kept)})"
         ops.insert(0, Op(SET_KWARGS, found.pos(call), found.pos(found.stmt_of(call)), text=(found.callee(call),),
                          kwargs=tuple(on_call), why=why))
     return ops, "", tuple(edits)
+
+
+def _keep_workers(found: Located) -> str:
+    """Why the script's ``num_workers`` is kept as it is, or ``""``: a dataset opens ``h5py.File`` in
+    ``__init__`` (:mod:`gpudoctor.fix.hazards`)."""
+    if found.h5py_init:
+        return (f"num_workers kept: {found.h5py_init}, one handle that forked workers cannot share; open it "
+                "in __getitem__ (once per worker), then raise the workers")
+    return ""
 
 
 def _numeric(option, value: str) -> bool:

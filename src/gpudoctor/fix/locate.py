@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from gpudoctor.fix import hazards
 from gpudoctor.fix.ops import Pos
 from gpudoctor.lint.flow import parents
 from gpudoctor.lint.rules.gd104_dataloader_defaults import LOADERS
@@ -59,6 +60,8 @@ class Located:
     forward: tuple[ast.stmt, ast.stmt] | None = None  # first and last statement, one block
     forward_input: str | None = None  # the name passed first to the model, if a plain name
     autocast: bool = False  # the script already uses autocast somewhere
+    custom_ops: str = ""  # where the project builds CUDA ops of its own (fix.hazards): no autocast
+    h5py_init: str = ""  # where a dataset opens h5py.File in __init__ (fix.hazards): workers kept
     torch_name: bool = False  # ``import torch`` binds ``torch``
     conv: bool = False  # the file builds convolutions
     notes: list[str] = field(default_factory=list)
@@ -124,6 +127,7 @@ def locate(source: str, path: str = "<script>") -> Located:
     found.autocast = any((c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")) == "autocast"
                          for c, _ in ctx.calls)
     found.conv = any((ctx.qualname(c.func) or "").startswith("torch.nn.Conv") for c, _ in ctx.calls)
+    found.custom_ops, found.h5py_init = hazards.custom_ops(tree, ""), hazards.h5py_in_init(tree, "")
     from gpudoctor.fix import methods
 
     backwards = [(c, w, methods.step_loop(found, w)) for c, w in ctx.calls if is_backward(c)]

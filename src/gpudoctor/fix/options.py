@@ -6,7 +6,9 @@ A keyword whose value is an attribute of the namespace the file parses from its 
 ``parser.add_argument("-j", "--workers", default=4, type=int)``) is changed where the user controls
 it: the option's ``default=``, never the call (a literal there would make ``-j 16`` do nothing).
 The namespace is followed through a function's parameters to every place the function is called or
-handed to ``mp.spawn(f, args=(...))`` or ``mp.spawn(f, (...), n)`` (three calls deep at most); the option's ``dest`` is resolved
+handed to ``mp.spawn(f, args=(...))`` or ``mp.spawn(f, (...), n)`` (three calls deep at most), and
+through ``global args`` where every function that declares it binds it only to the parse (swav's
+``main``); the option's ``dest`` is resolved
 as argparse does (``dest=``, else the first long option with ``-`` made ``_``, else the first short).
 
 A command line that sets the option itself (``-j 4``, ``-j4``, ``-j=4``, ``--workers 4``,
@@ -86,7 +88,7 @@ def _bindings(found, name: str, scope: ast.AST | None) -> list[bool] | None:
     ``name`` is bound in some other way (a loop target, ``with ... as``, ``global`` ...)."""
     from gpudoctor.fix.locate import _scope
 
-    count = len(found.ctx.assigns.get(scope, {}).get(name, []))
+    count = len(found.ctx.assigns.get(scope, {}).get(name, [])) - len(_declared_global(found, name, scope))
     out = []
     for node in ast.walk(scope or found.ctx.tree):
         if not isinstance(node, ast.Assign) or _scope(found, node) is not scope:
@@ -98,6 +100,28 @@ def _bindings(found, name: str, scope: ast.AST | None) -> list[bool] | None:
                 first = isinstance(target.elts[0], ast.Name) and target.elts[0].id == name
                 out.append(first and len(target.elts) == 2 and _is_parse(node.value, first=True))
     return out if len(out) == count else None
+
+
+def _declared_global(found, name: str, scope: ast.AST | None) -> list[ast.Global]:
+    """The ``global name`` statements of ``scope`` (a function; none at the module)."""
+    from gpudoctor.fix.locate import _scope
+
+    return [n for n in ast.walk(scope) if isinstance(n, ast.Global) and name in n.names
+            and _scope(found, n) is scope] if scope is not None else []
+
+
+def _global_namespace(found, name: str) -> bool:
+    """``name`` is a module global bound only to the parsed namespace: by ``global name`` in every
+    function that binds it (swav's ``def main(): global args; args = parser.parse_args()``) and by
+    nothing else at the module level (a module-level parse counts too)."""
+    funcs = {s for s in found.ctx.assigns if s is not None and _declared_global(found, name, s)}
+    if not funcs:
+        return False
+    for scope in (None, *funcs):
+        kinds = _bindings(found, name, scope) if found.ctx.assigns.get(scope, {}).get(name) else []
+        if kinds is None or not all(kinds) or (scope is not None and not kinds):
+            return False
+    return True
 
 
 def _sites(found, func: ast.FunctionDef, param: str) -> list[tuple[ast.AST | None, ast.AST | None]] | None:
@@ -136,6 +160,8 @@ def is_namespace(found, name: str, scope: ast.AST | None, depth: int = 0) -> boo
     namespace parsed from the command line."""
     params = found.ctx.params.get(scope, set())
     bound = found.ctx.assigns.get(scope, {}).get(name)
+    if scope is not None and _declared_global(found, name, scope):
+        return _global_namespace(found, name)
     if bound:
         kinds = _bindings(found, name, scope)
         return bool(kinds) and all(kinds) and name not in params
@@ -147,7 +173,7 @@ def is_namespace(found, name: str, scope: ast.AST | None, depth: int = 0) -> boo
                                    for arg, where in sites)
     if scope is not None:
         return is_namespace(found, name, None, depth)  # a module-level name read in the function
-    return False
+    return _global_namespace(found, name)  # bound only in functions, by ``global``
 
 
 def _attribute(value: ast.AST) -> ast.Attribute | None:

@@ -17,8 +17,7 @@ GD-RUN-CHANNELS-LAST   ``channels_last`` (each conv net the loop trains, and the
                        :mod:`gpudoctor.fix.models`)
 GD-RUN-CUDNN-BENCHMARK ``cudnn_benchmark``
 GD-RUN-LAUNCH-BOUND    ``compile`` (``model.compile()`` on each model the loop trains, before a DDP
-                       wrap: the state_dict keys stay the same); the larger
-                       batch of its prescription is text advice (it changes the optimisation)
+                       wrap: state_dict keys unchanged); its larger batch is text advice (it changes the optimisation)
 GD-RUN-HOST-SYNC       ``item`` (``acc += loss.item()`` -> ``acc += loss.detach()``, ``losses.append(x.item())``
                        -> ``losses.append(x.detach())``: read when printed, formatted)
 GD-RUN-NO-SET-EPOCH    ``set_epoch`` on the DistributedSampler where each epoch starts
@@ -42,6 +41,7 @@ from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
 from gpudoctor.analysis.prescription import ms
 from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
+from gpudoctor.fix.hazards import own_ops_reason
 from gpudoctor.fix.loader import loader_ops
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
@@ -185,6 +185,8 @@ def _fp16_ops(found: Located) -> tuple[list[Op], str]:
     a gradient clip, step through the scaler, update it after the step."""
     if found.autocast or "scaler" in found.ctx.source:
         return [], "the script already uses autocast or a name `scaler`"
+    if found.custom_ops:
+        return [], own_ops_reason(found.custom_ops)
     if found.step_func is not found.func:
         return [], "the step is in a helper of the loop's function: the GradScaler has no one place"
     step_stmt, back_stmt = found.stmt_of(found.step), found.stmt_of(found.backward)
@@ -267,6 +269,8 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         bce = bce_blocker(found)
         if bce:
             return [], bce
+        if found.custom_ops:
+            return [], own_ops_reason(found.custom_ops)
         if found.forward is None:
             return [], "; ".join(found.notes) or "the forward and loss were not located"
         first, last = (found.pos(s) for s in found.forward)
@@ -285,14 +289,24 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         sampler, outer = sampler_name(found), epoch_loop(found)
         if sampler is None or outer is None:
             return [], "the DistributedSampler or the epoch loop around the training loop was not found"
-        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "set_epoch"
-               and isinstance(n.func.value, ast.Name) and n.func.value.id == sampler
-               for loop in found.enclosing_loops() for n in ast.walk(loop)):
-            return [], ""  # the epoch loop calls it already: nothing to change
         start, var = outer
+        done = _sets_epoch(found, start)
+        if done is not None:
+            return [], (f"the epoch loop already calls {ast.get_source_segment(found.ctx.source, done.func)}(...) "
+                        f"at line {done.lineno}")
         first = found.pos(start)
         return [Op(INSERT_BEFORE, first, first, text=(f"{sampler}.set_epoch({var})",))], ""
     return [], f"no code form for {kind}"
+
+
+def _sets_epoch(found: Located, start: ast.stmt) -> ast.Call | None:
+    """A ``X.set_epoch(...)`` call in the epoch loop whose first statement (or holder) is ``start``
+    (``sampler.set_epoch(epoch)``, ``train_loader.sampler.set_epoch(epoch)``): a second one is no fix."""
+    loop = next((lp for lp in found.enclosing_loops() if any(s is start for s in lp.body)), None)
+    for node in ast.walk(loop) if loop is not None else ():
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch":
+            return node
+    return None
 
 
 # losses CUDA autocast refuses ("unsafe to autocast"), whatever the dtype: they take probabilities

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from gpudoctor.fix import hazards
 from gpudoctor.fix.locate import Located, locate
 
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
@@ -85,7 +86,25 @@ def locate_project(script: Path, source: str) -> Located:
     found = _locate(script, source)
     if found.loop is not None and not found.conv:
         found.conv = imports_conv(Path(found.file) if found.file else script, found.ctx.tree)
+    if found.loop is not None and not (found.custom_ops and found.h5py_init):
+        ops, h5 = hazards.in_files(project_files(script, source, found), script.resolve().parent)
+        found.custom_ops, found.h5py_init = found.custom_ops or ops, found.h5py_init or h5
     return found
+
+
+def project_files(script: Path, source: str, found: Located) -> list[Path]:
+    """The script, the file holding its loop, and the project modules either imports (a package
+    with the ``.py`` files of its folder: stylegan2's ``from op import ...`` builds its kernels in
+    ``op/fused_act.py``)."""
+    files = [script] + ([Path(found.file)] if found.file else [])
+    try:
+        trees = [(script, ast.parse(source))] + ([(Path(found.file), found.ctx.tree)] if found.file else [])
+    except SyntaxError:
+        trees = []
+    for path, tree in trees:
+        for module, _ in local_modules(path, tree):
+            files += sorted(module.parent.glob("*.py")) if module.name == "__init__.py" else [module]
+    return list(dict.fromkeys(files))
 
 
 def _locate(script: Path, source: str) -> Located:
@@ -108,4 +127,4 @@ def _locate(script: Path, source: str) -> Located:
     return found
 
 
-__all__ = ["imports_conv", "local_modules", "locate_project", "project_folders"]
+__all__ = ["imports_conv", "local_modules", "locate_project", "project_files", "project_folders"]
