@@ -139,7 +139,42 @@ def try_gain(work: Path, script: str, run_dir: Path, env: dict, log: Path, steps
         comparison = {}
     j = comparison.get("judgement") or {}
     return {"knobs": knobs, "finding": finding.code, "gain": comparison.get("gain"), "noise": j.get("noise"),
-            "verdict": j.get("verdict"), "wall_s": round(time.perf_counter() - t0, 1)}
+            "verdict": j.get("verdict"), "notes": comparison.get("notes") or [],
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def try_applied(tried: dict | None) -> bool:
+    """Whether ``run --try`` changed anything: not when a note says each of its knobs was not applied
+    (``pin_memory`` on a script without a DataLoader); such a gain is noise, no reference."""
+    if not tried or not tried.get("knobs"):
+        return False
+    knobs = {k.split("=")[0] for k in tried["knobs"].split(",")}
+    void = {k.strip() for n in tried.get("notes") or [] if ": not applied" in n
+            for k in n.split(": not applied")[0].split(",")}
+    return not knobs <= void
+
+
+def floor(reference: dict, fix: dict) -> float:
+    """The bar: the reference gain minus the noise of the two measurements compared (root of the
+    sum of squares: the reference's and the fix's own A/B are independent)."""
+    return reference["gain"] - ((reference.get("noise") or 0.0) ** 2 + (fix.get("noise") or 0.0) ** 2) ** 0.5
+
+
+def planted_outcome(name: str, fix: dict, tried: dict) -> str:
+    """The bar for one planted row (pure: the stored row re-scores with ``--rescore``)."""
+    gain = fix.get("gain")
+    if not fix:
+        return "fix failed (see its log)"
+    if tried.get("gain") is not None and gain is not None and try_applied(tried):
+        return (f"{'met' if gain >= floor(tried, fix) else 'not met'}: {gain:+.0%} vs --try {tried['gain']:+.0%} "
+                "- noise")
+    if gain is not None:
+        why = "its knobs not applied (see its notes)" if tried.get("knobs") else "no --try knob for this finding"
+        return f"patched: {gain:+.0%} (--try: {why}; the fix's own A/B is the measure)"
+    if not fix.get("changes"):
+        return "no change proposed" + (" (no finding with a code fix: as expected)" if name == "clean" else "")
+    return "no change kept" + (" (its finding has no --try knob: the fix's own A/B decided)"
+                               if tried.get("knobs") is None else "")
 
 
 def planted(args, out: Path) -> list[dict]:
@@ -162,18 +197,9 @@ def planted(args, out: Path) -> list[dict]:
         tried = try_gain(work, f"{name}.py.orig" if (work / f"{name}.py.orig").is_file() else f"{name}.py",
                          work / "fix-run" / "baseline", env, out / "logs-fix" / f"planted.{name}.try.log", args.steps,
                          extra)
-        fix = res.get("fix") or {}
-        gain = fix.get("gain")
         row = {"name": name, **res, "try": tried, "hand_fix": {"fix": tried.get("knobs"), "gain": tried.get("gain"),
                                                               "noise": tried.get("noise")}}
-        if tried.get("gain") is not None and gain is not None:
-            floor = tried["gain"] - (tried.get("noise") or 0.0)
-            row["outcome"] = f"{'met' if gain >= floor else 'not met'}: {gain:+.0%} vs --try {tried['gain']:+.0%} - noise"
-        elif not [c for c in fix.get("changes", []) if c.get("kept")]:
-            row["outcome"] = "no change kept" + (" (no testable finding: as expected for a tuned script)"
-                                                if tried.get("knobs") is None else "")
-        else:
-            row["outcome"] = "patched; --try gain unknown"
+        row["outcome"] = planted_outcome(name, res.get("fix") or {}, tried)
         rows.append(row)
         print(f"  {name}: {row['outcome']} ({res['wall_s']} s)", flush=True)
     return rows
@@ -231,7 +257,8 @@ HAND_TO_CHANGES = {"loader": {"loader"}, "nosync": {"item"}, "bf16": {"bf16", "t
 
 
 def corpus_outcome(fix: dict, hand: dict | None, tried: dict | None) -> str:
-    """The bar for one corpus row: the patch's gain >= the reference gain minus its noise.
+    """The bar for one corpus row: the patch's gain >= the reference gain minus the noise of both
+    (:func:`floor`).
 
     The reference is ``run --try`` of the top testable finding's knobs measured in the same call
     (``--reference try``), else the hand fix of the corpus A/B (another call: a data-bound
@@ -243,16 +270,24 @@ def corpus_outcome(fix: dict, hand: dict | None, tried: dict | None) -> str:
     gain = fix.get("gain")
     if not kept or gain is None:
         return "no change kept" + ("; advice only" if fix.get("advice") else "")
-    if tried and tried.get("gain") is not None:
-        floor = tried["gain"] - (tried.get("noise") or 0.0)
-        return (f"{'met' if gain >= floor else 'not met'}: {gain:+.0%} vs --try {tried['knobs']} "
+    if tried and tried.get("gain") is not None and try_applied(tried):
+        return (f"{'met' if gain >= floor(tried, fix) else 'not met'}: {gain:+.0%} vs --try {tried['knobs']} "
                 f"{tried['gain']:+.0%} - noise (same call)")
     if hand and HAND_TO_CHANGES.get(hand.get("fix"), set()) & kept:
-        floor = hand["gain"] - (hand["noise"] or 0.0)
-        return (f"{'met' if gain >= floor else 'not met'}: {gain:+.0%} vs hand fix {hand['gain']:+.0%} - noise "
-                "(another call)")
+        return (f"{'met' if gain >= floor(hand, fix) else 'not met'}: {gain:+.0%} vs hand fix {hand['gain']:+.0%} "
+                "- noise (another call)")
     why = f"hand fix '{hand['fix']}' is not what fix patches" if hand else "no hand fix"
     return f"patched: {gain:+.0%} ({why}; bar: --reference try)"
+
+
+def rescore(doc: dict) -> dict:
+    """A stored run's rows with their outcomes scored again (the measurements untouched)."""
+    out = dict(doc)
+    out["planted"] = [{**r, "outcome": planted_outcome(r["name"], r.get("fix") or {}, r.get("try") or {})}
+                      if "rc" in r else r for r in doc.get("planted") or []]
+    out["rows"] = [{**r, "outcome": corpus_outcome(r.get("fix") or {}, r.get("hand_fix"), r.get("try"))}
+                   if "rc" in r else r for r in doc.get("rows") or []]
+    return {k: v for k, v in out.items() if v or k not in ("planted", "rows")}
 
 
 def markdown(doc: dict) -> str:
@@ -305,8 +340,17 @@ def main() -> None:
     p.add_argument("--reference", choices=("hand", "try"), default="hand",
                    help="the corpus bar's reference: the A/B hand fix (another call), or run --try of the top "
                         "testable finding's knobs measured in this call after each fix (about as long again)")
+    p.add_argument("--rescore", type=Path, default=None, metavar="FIX_BARS_JSON",
+                   help="no run: the outcomes of a stored fix-bars.json scored again by this file's bar, "
+                        "written to --out")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.rescore is not None:
+        doc = rescore(json.loads(args.rescore.read_text()))
+        (args.out / "fix-bars.json").write_text(json.dumps(doc, indent=2))
+        (args.out / "fix-bars.md").write_text(markdown(doc))
+        print(markdown(doc))
+        return
     (args.out / "logs-fix").mkdir(exist_ok=True)
     doc = {"what": "gpudoctor fix --write, then original vs fixed", "gpu": harness.gpu_name(), "steps": args.steps,
            "repeats": args.repeats, "reference": args.reference}

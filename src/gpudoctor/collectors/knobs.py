@@ -189,6 +189,9 @@ def loader_kwargs(kwargs: dict[str, Any], knobs: dict[str, int | None], *, itera
     return out
 
 
+LOADERS_BUILT = [0]  # DataLoader(...) calls the loader knobs reached in this process (none: not applied)
+
+
 def _patch_loader_init(torch: Any, knobs: dict[str, int | None]) -> None:
     import inspect
 
@@ -206,6 +209,7 @@ def _patch_loader_init(torch: Any, knobs: dict[str, int | None]) -> None:
         given.pop("self")
         extra = given.pop("kwargs", {})
         iterable = isinstance(given.get("dataset"), IterableDataset)
+        LOADERS_BUILT[0] += 1
         return orig_init(self, **loader_kwargs({**given, **extra}, knobs, iterable=iterable))
 
     __init__.__wrapped__ = orig_init

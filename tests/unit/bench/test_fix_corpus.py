@@ -48,3 +48,47 @@ def test_the_table_shows_the_same_call_reference() -> None:
     row = {**ROWS["imagenet_resnet18"], "try": {"knobs": "num_workers=8", "gain": 1.7, "noise": 0.09}}
     text = fix_corpus.markdown({"gpu": "NVIDIA H200", "steps": 60, "repeats": 2, "rows": [row]})
     assert "| --try (noise) |" in text and "| num_workers=8 +170% ± 9% |" in text
+
+
+PLANTED = {r["name"]: r for r in json.loads((ROOT / "benchmarks/results/fix/planted-1.json").read_text())["planted"]}
+PLANTED.update({r["name"]: r for r in
+                json.loads((ROOT / "benchmarks/results/fix/planted-2.json").read_text())["planted"]})
+
+
+def test_the_floor_takes_the_noise_of_both_measurements() -> None:
+    # fp32_convnet on an H200: fix +170.7% +- 2.5%, --try +171.2% +- 0.4%; the --try noise alone put the
+    # floor at +170.8%, 0.1 point above a gain the fix's own noise cannot tell from it
+    row = PLANTED["fp32_convnet"]
+    fix, tried = row["fix"], row["try"]
+    assert tried["gain"] - tried["noise"] > fix["gain"]
+    assert fix_corpus.floor(tried, fix) < fix["gain"]
+    assert fix_corpus.planted_outcome("fp32_convnet", fix, tried) == "met: +171% vs --try +171% - noise"
+    assert fix_corpus.planted_outcome("fp32_convnet", fix, {**tried, "gain": 1.8}).startswith("not met: ")
+
+
+def test_a_try_whose_knobs_did_not_apply_is_no_reference() -> None:
+    row = PLANTED["pageable_copies"]
+    void = {**row["try"], "notes": ["pin_memory: not applied: the script built no torch DataLoader (...)",
+                                    "non_blocking: not applied: no copy from pinned host memory to the GPU was seen"]}
+    assert not fix_corpus.try_applied(void)
+    assert fix_corpus.try_applied(row["try"])  # as stored: only non_blocking said so then
+    assert fix_corpus.planted_outcome("pageable_copies", row["fix"], void) == (
+        "patched: +263% (--try: its knobs not applied (see its notes); the fix's own A/B is the measure)")
+    assert fix_corpus.corpus_outcome(row["fix"], None, void) == (
+        "patched: +263% (no hand fix; bar: --reference try)")
+
+
+def test_planted_rows_without_a_patch_say_why() -> None:
+    assert fix_corpus.planted_outcome("clean", PLANTED["clean"]["fix"], PLANTED["clean"]["try"]) == (
+        "no change proposed (no finding with a code fix: as expected)")
+    row = PLANTED["item_every_step"]
+    assert fix_corpus.planted_outcome("item_every_step", row["fix"], row["try"]) == (
+        "no change kept (its finding has no --try knob: the fix's own A/B decided)")
+
+
+def test_rescore_changes_outcomes_only() -> None:
+    doc = json.loads((ROOT / "benchmarks/results/fix/planted-1.json").read_text())
+    again = fix_corpus.rescore(doc)
+    assert [r["outcome"] for r in again["planted"]] == [r["outcome"] for r in doc["planted"]]
+    stripped = lambda d: [{k: v for k, v in r.items() if k != "outcome"} for r in d["planted"]]  # noqa: E731
+    assert stripped(again) == stripped(doc)

@@ -78,6 +78,15 @@ def test_knobs_that_cannot_apply_say_so(tmp_path: Path) -> None:
     )
 
 
+def test_loader_knobs_without_a_dataloader_say_so(tmp_path: Path) -> None:
+    # batches sliced from host tensors (the planted pageable_copies): --try pin_memory measured -6%
+    # there on an H200 while pinning the tensor (gpudoctor fix) measured +263%: the knob never applied
+    run, _ = _run(tmp_path, knob_scripts.TWO_OPTIMIZERS, "num_workers=2,persistent_workers")
+    assert run.configs[0].knob_notes == (
+        "num_workers, persistent_workers: not applied: the script built no torch DataLoader (batches made "
+        "another way: pin a host tensor once with .pin_memory(); gpudoctor fix does that)",)
+
+
 def test_fp16_with_two_optimizers_is_not_applied(tmp_path: Path) -> None:
     run, _ = _run(tmp_path, knob_scripts.TWO_OPTIMIZERS, "fp16")
     config = run.configs[0]

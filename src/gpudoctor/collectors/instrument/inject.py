@@ -93,12 +93,16 @@ def notes(device: str) -> tuple[str, ...]:
         for knob in sorted(I.knobs & {"bf16", "fp16", "channels_last", "compile"}):
             out.append(f"{knob}: not applied: no nn.Module holding all the parameters of an "
                        "optimizer was called after the optimizer was built")
+    from gpudoctor.collectors.knobs import GPU_ONLY_KNOBS, LOADER_KNOBS, LOADERS_BUILT
+
+    unused = sorted(I.knobs & set(LOADER_KNOBS))
+    if unused and LOADERS_BUILT[0] == 0:
+        out.append(f"{', '.join(unused)}: not applied: the script built no torch DataLoader (batches made "
+                   "another way: pin a host tensor once with .pin_memory(); gpudoctor fix does that)")
     if "non_blocking" in I.knobs and not device.startswith("cpu") and _pinned_copies() == 0:
         out.append("non_blocking: not applied: no copy from pinned host memory to the GPU was seen "
                    "(combine it with pin_memory)")
     if device.startswith("cpu"):
-        from gpudoctor.collectors.knobs import GPU_ONLY_KNOBS
-
         for knob in sorted(I.knobs & set(GPU_ONLY_KNOBS)):
             out.append(f"{knob}: no effect on a CPU run")
     return tuple(out)
