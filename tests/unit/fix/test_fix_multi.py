@@ -14,43 +14,12 @@ script written here:
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from gpudoctor.cli.fix_flow import patch_all
-from gpudoctor.fix.locate import locate
-from gpudoctor.fix.plan import plan_fix
-from gpudoctor.records.finding import Finding, Severity
-from gpudoctor.records.run import RankConfig
-
-GPU = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cuda:0", device_name="NVIDIA H200",
-                 usable_cpus=16, channels_last=False)
-
-
-def planned(source: str, *codes: str):
-    source = textwrap.dedent(source)
-    findings = [Finding(code=c, severity=Severity.WARN, title=c, fix=f"the fix for {c}") for c in codes]
-    plan = plan_fix(locate(source), findings, GPU)
-    fixed, dropped = patch_all({"": source}, Path("train.py"), plan.changes)
-    assert not dropped
-    ast.parse(fixed[""])
-    return plan, fixed[""]
-
-
-def advice(plan, kind: str) -> str:
-    return next(a.reason for a in plan.advice if a.reason.startswith(f"{kind}:"))
-
-
-def runs(code: str, tmp_path: Path) -> None:
-    """The patched script trains on the CPU (it prints ``done`` at its end)."""
-    script = tmp_path / "patched.py"
-    script.write_text(code, encoding="utf-8")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("done")
+from fix_planning import advice, planned, runs
 
 GAN = """
     import torch
@@ -100,7 +69,7 @@ GAN = """
 
 
 def test_both_models_of_a_gan_get_compile_and_channels_last(tmp_path: Path) -> None:
-    plan, fixed = planned(GAN, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
+    _, plan, fixed = planned(GAN, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
     assert {c.kind for c in plan.changes} == {"channels_last", "compile"}
     for model in ("netg", "netd"):
         assert f"{model}.compile()" in fixed
@@ -111,13 +80,13 @@ def test_both_models_of_a_gan_get_compile_and_channels_last(tmp_path: Path) -> N
     assert "z = z.contiguous(" in fixed and "fake = fake.contiguous(" not in fixed
     assert fixed.index("real = real.contiguous(") < fixed.index("d_loss = bce(netd(real)")
     # the copy without compile (inductor takes minutes on this CPU) trains
-    _, converted = planned(GAN, "GD-RUN-CHANNELS-LAST")
+    _, _, converted = planned(GAN, "GD-RUN-CHANNELS-LAST")
     runs(converted, tmp_path)
 
 
 def test_channels_last_only_on_the_conv_net_compile_on_both() -> None:
     mlp = GAN.replace("netd = Critic()", "netd = nn.Sequential(nn.Flatten(), nn.Linear(48, 1))")
-    plan, fixed = planned(mlp, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
+    _, plan, fixed = planned(mlp, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
     assert "netg = netg.to(memory_format=torch.channels_last)" in fixed
     assert "netd = netd.to(memory_format" not in fixed and "real = real.contiguous(" not in fixed
     assert "netg.compile()" in fixed and "netd.compile()" in fixed
@@ -128,7 +97,7 @@ def test_a_model_not_located_makes_both_changes_advice() -> None:
         "opt_g = torch.optim.Adam(netg.parameters(), lr=1e-3)",
         "opt_g = torch.optim.Adam(itertools.chain(netg.parameters(), netd.body.parameters()), lr=1e-3)")
     assert chained != GAN
-    plan, fixed = planned(chained, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
+    _, plan, fixed = planned(chained, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
     assert not plan.changes and ".compile()" not in fixed and "channels_last" not in fixed
     for kind in ("compile", "channels_last"):
         assert "steps 2 optimizers" in advice(plan, kind) and "some of its models only" in advice(plan, kind)
@@ -163,21 +132,21 @@ DDP_SCRIPT = """
 
 
 def test_channels_last_and_compile_go_on_the_module_before_the_ddp_wrap(tmp_path: Path) -> None:
-    plan, fixed = planned(DDP_SCRIPT, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
+    _, plan, fixed = planned(DDP_SCRIPT, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
     wrap = fixed.index("model = DistributedDataParallel(model)")
     assert fixed.index("model = model.to(memory_format=torch.channels_last)") < wrap
     assert fixed.index("model.compile()") < wrap
     assert "x = x.contiguous(memory_format=torch.channels_last)" in fixed
-    _, converted = planned(DDP_SCRIPT, "GD-RUN-CHANNELS-LAST")
+    _, _, converted = planned(DDP_SCRIPT, "GD-RUN-CHANNELS-LAST")
     runs(converted, tmp_path)
 
 
 def test_set_epoch_called_already_adds_nothing() -> None:
-    plan, fixed = planned(DDP_SCRIPT, "GD-RUN-NO-SET-EPOCH")
+    _, plan, fixed = planned(DDP_SCRIPT, "GD-RUN-NO-SET-EPOCH")
     assert not plan.changes and fixed.count("set_epoch") == 1
     assert any("already calls sampler.set_epoch" in a.reason for a in plan.advice)
     missing = DDP_SCRIPT.replace("        sampler.set_epoch(epoch)\n", "")
-    plan, fixed = planned(missing, "GD-RUN-NO-SET-EPOCH")
+    _, plan, fixed = planned(missing, "GD-RUN-NO-SET-EPOCH")
     assert [c.kind for c in plan.changes] == ["set_epoch"] and fixed.count("sampler.set_epoch(epoch)") == 1
     assert textwrap.dedent(missing) != textwrap.dedent(DDP_SCRIPT)
 
@@ -186,7 +155,7 @@ def test_lazy_modules_keep_channels_last_as_advice(tmp_path: Path) -> None:
     """``nn.LazyLinear`` has no parameters before the first forward: converting the model raises
     (checked here on the unpatched form), so channels-last is advice; compile still applies."""
     lazy = DDP_SCRIPT.replace("nn.Linear(144, 4)", "nn.LazyLinear(4)")
-    plan, fixed = planned(lazy, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
+    _, plan, fixed = planned(lazy, "GD-RUN-CHANNELS-LAST", "GD-RUN-LAUNCH-BOUND")
     assert [c.kind for c in plan.changes] == ["compile"] and "channels_last" not in fixed
     assert "nn.LazyLinear at line 14" in advice(plan, "channels_last")
     probe = tmp_path / "probe.py"
@@ -221,10 +190,10 @@ SWITCHED = """
 
 
 def test_a_store_true_switch_is_named_not_patched() -> None:
-    plan, fixed = planned(SWITCHED, "GD-RUN-FP32-COMPUTE", "GD-RUN-LAUNCH-BOUND")
+    _, plan, fixed = planned(SWITCHED, "GD-RUN-FP32-COMPUTE", "GD-RUN-LAUNCH-BOUND")
     assert "bfloat16, enabled=args.amp" in fixed and fixed.count(".compile()") == 1
     assert advice(plan, "bf16").endswith("it is behind the script's own --amp, off by default; run it with --amp")
     assert advice(plan, "compile").endswith("run it with --compile")
     on = SWITCHED.replace('"--amp", action="store_true"', '"--amp", action="store_true", default=True')
-    plan, _ = planned(on, "GD-RUN-FP32-COMPUTE")
+    _, plan, _ = planned(on, "GD-RUN-FP32-COMPUTE")
     assert advice(plan, "bf16") == "bf16: the script already uses autocast"

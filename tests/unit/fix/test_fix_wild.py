@@ -14,49 +14,11 @@ goes, that the patched file parses, and, where it is cheap, that it still trains
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from gpudoctor.cli.fix_flow import patch_all
 from gpudoctor.fix.locate import locate
-from gpudoctor.fix.plan import plan_fix
-from gpudoctor.fix.project import locate_project
-from gpudoctor.records.finding import Finding, Severity
-from gpudoctor.records.run import RankConfig
-
-GPU = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cuda:0", device_name="NVIDIA H200",
-                 usable_cpus=16, channels_last=False)
-CPU = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cpu", usable_cpus=2, channels_last=False)
-
-
-def findings(*codes: str) -> list[Finding]:
-    return [Finding(code=c, severity=Severity.WARN, title=c, fix=f"the fix for {c}") for c in codes]
-
-
-def planned(source: str, *codes: str, config: RankConfig = GPU, path: Path | None = None):
-    source = textwrap.dedent(source)
-    found = locate_project(path, source) if path is not None else locate(source)
-    plan = plan_fix(found, findings(*codes), config)
-    fixed, dropped = patch_all({"": source}, path or Path("train.py"), plan.changes)
-    assert not dropped
-    ast.parse(fixed[""])
-    return found, plan, fixed[""]
-
-
-def advice(plan, kind: str) -> str:
-    return next(a.reason for a in plan.advice if a.reason.startswith(f"{kind}:"))
-
-
-def runs(code: str, tmp_path: Path) -> None:
-    """The patched script trains on the CPU (it prints ``done`` at its end)."""
-    script = tmp_path / "patched.py"
-    script.write_text(code, encoding="utf-8")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("done")
-
+from fix_planning import CPU, advice, planned, runs
 
 PICKED_BY_NAME = """
     import sys

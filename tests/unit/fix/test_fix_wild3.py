@@ -19,42 +19,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gpudoctor.cli.fix_flow import patch_all
-from gpudoctor.fix.locate import locate
-from gpudoctor.fix.plan import plan_fix
-from gpudoctor.fix.project import locate_project
-from gpudoctor.records.finding import Finding, Severity
-from gpudoctor.records.run import RankConfig
-
-GPU = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cuda:0", device_name="NVIDIA H200",
-                 usable_cpus=16, channels_last=False)
-CPU = RankConfig(rank=0, local_rank=0, world_size=1, pid=1, device="cpu", usable_cpus=2, channels_last=False)
+import fix_planning
+from fix_planning import CPU, GPU, STALL_DATA, advice, runs
 
 
-def planned(source: str, *codes: str, config: RankConfig = GPU, path: Path | None = None):
-    """The plan for ``codes`` as WARNs, and the patched source (which must parse)."""
-    source = textwrap.dedent(source)
-    found = locate_project(path, source) if path is not None else locate(source)
-    found_codes = [Finding(code=c, severity=Severity.WARN, title=c, fix=f"the fix for {c}",
-                           data=(("worker_restart", 1.0), ("first_batch_wait_ms", 50.0))) for c in codes]
-    plan = plan_fix(found, found_codes, config)
-    fixed, dropped = patch_all({"": source}, path or Path("train.py"), plan.changes)
-    assert not dropped
-    ast.parse(fixed[""])
-    return found, plan, fixed[""]
-
-
-def advice(plan, kind: str) -> str:
-    return next(a.reason for a in plan.advice if a.reason.startswith(f"{kind}:"))
-
-
-def runs(code: str, tmp_path: Path) -> None:
-    """The patched script trains on the CPU (it prints ``done`` at its end)."""
-    script = tmp_path / "patched.py"
-    script.write_text(code, encoding="utf-8")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("done")
+def planned(source: str, *codes: str, **kw):
+    """:func:`fix_planning.planned` with a periodic stall's data on every finding."""
+    return fix_planning.planned(source, *codes, data=STALL_DATA, **kw)
 
 LOOP = """
     for epoch in range(2):
