@@ -124,9 +124,11 @@ def try_gain(work: Path, script: str, run_dir: Path, env: dict, log: Path, steps
 
     run = load_run(run_dir)
     config = run.configs[min(run.configs)] if run.configs else None
-    testable = first_testable(list(diagnose(run)), config)
+    findings = list(diagnose(run))
+    top = next((f.code for f in findings if f.severity.value != "info"), None)  # the baseline's verdict
+    testable = first_testable(findings, config)
     if testable is None:
-        return {"knobs": None}
+        return {"knobs": None, "top": top}
     finding, knobs = testable
     cmd = [sys.executable, "-m", "gpudoctor", "run", "--try", knobs, "--steps", str(steps), "--repeats", str(repeats),
            "--json", "--fail-on", "never", "--out", str(work / "try"), "--", sys.executable, script, *extra]
@@ -138,7 +140,7 @@ def try_gain(work: Path, script: str, run_dir: Path, env: dict, log: Path, steps
     except json.JSONDecodeError:
         comparison = {}
     j = comparison.get("judgement") or {}
-    return {"knobs": knobs, "finding": finding.code, "gain": comparison.get("gain"), "noise": j.get("noise"),
+    return {"knobs": knobs, "finding": finding.code, "top": top, "gain": comparison.get("gain"), "noise": j.get("noise"),
             "verdict": j.get("verdict"), "notes": comparison.get("notes") or [],
             "wall_s": round(time.perf_counter() - t0, 1)}
 
@@ -292,7 +294,8 @@ def rescore(doc: dict) -> dict:
 
 def markdown(doc: dict) -> str:
     lines = ["# gpudoctor fix on one GPU (issue 24)", "", f"GPU: {doc['gpu']}; steps per run {doc['steps']}; "
-             f"at most {doc['repeats']} runs of each arm per change", ""]
+             f"at most {doc['repeats']} runs of each arm per change; verdict: the top finding of fix's baseline in "
+             "this call where `--try` ran, else corpus-verdicts.json", ""]
     r = doc.get("readme")
     if r:
         lines += ["## README example (basic_user, data-loader bound)", "",
@@ -315,7 +318,8 @@ def markdown(doc: dict) -> str:
             t = row.get("try") or {}
             tried = (f"{t['knobs']} {t['gain']:+.0%}" + (f" ± {t['noise']:.0%}" if t.get("noise") is not None else "")
                      if t.get("gain") is not None else "-")
-            lines.append(f"| {row['name']} | {row.get('verdict') or (row.get('try') or {}).get('finding') or '-'} | "
+            verdict = t.get("top") or row.get("verdict") or t.get("finding") or "-"  # this call's baseline first
+            lines.append(f"| {row['name']} | {verdict} | "
                          f"{kept} / {len(changes)} | {gain} | {hand} | {tried} | {row.get('outcome')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
