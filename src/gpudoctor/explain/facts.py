@@ -111,16 +111,48 @@ def oom_request_exceeds_total(text: str) -> tuple[bool, tuple[str, ...]]:
     return passed, (note,)
 
 
+def _held_outside(facts: OomFacts) -> int | None:
+    """Memory on the GPU that neither is free nor belongs to this process's PyTorch pool, when the
+    message's sizes say so: torch 1.x gives 'reserved in total by PyTorch'; torch >= 2.1 gives
+    'this process has X memory in use' (which includes this process's non-PyTorch memory)."""
+    if facts.total is None or facts.free is None:
+        return None
+    if facts.this_process is not None:
+        return max(facts.total - facts.free - facts.this_process, 0)
+    if facts.allocated is not None and facts.reserved_unallocated is not None and not facts.other_processes:
+        mine = facts.allocated + facts.reserved_unallocated
+        return max(facts.total - facts.free - mine, 0)
+    return None
+
+
+# memory held outside this process counts as the cause only when it is this large: a CUDA context,
+# a display and cuDNN/cuBLAS workspaces of this process take up to about 1 GiB without any other
+# process, and a small remainder cannot be what filled the card
+OUTSIDE_MIN = GIB
+OUTSIDE_SHARE = 0.25
+
+
 def oom_other_processes(text: str) -> tuple[bool, tuple[str, ...]]:
     """Other processes hold memory on the GPU (two or more listed, or one next to this process's
     own line: a single 'Process N has' without it is usually this process seen from a container)
     and they are why the request failed: with their memory free it would have fitted. Small
     contexts of sibling ranks next to a request they could not have made room for are a side
-    fact, not the cause (the note still names them)."""
+    fact, not the cause (the note still names them). Where the message lists no process (torch
+    1.x, or a container that hides them), the sizes can still show it: memory neither free nor
+    this process's that is >= 1 GiB and >= 25% of the GPU is held by someone else."""
     facts = parse_oom(text)
     if facts is None:
         return False, ()
     others = facts.other_processes
+    if not others:
+        outside = _held_outside(facts)
+        if outside is None or facts.total is None or facts.free is None:
+            return False, ()
+        large = outside >= OUTSIDE_MIN and outside >= OUTSIDE_SHARE * facts.total
+        decisive = facts.free + outside >= facts.requested
+        note = (f"{human_bytes(outside, 2)} of the GPU's {human_bytes(facts.total, 2)} is neither free "
+                f"nor held by this process's PyTorch allocator (another process, or non-PyTorch memory)")
+        return large and decisive, (note,) if large else ()
     listed = len(others) >= 2 or (
         len(others) == 1 and facts.this_process is not None and others[0] >= 256 * MIB
     )

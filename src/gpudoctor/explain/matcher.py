@@ -21,6 +21,10 @@ OVERRIDE_WINDOW = 200
 # inputs this short are also matched as one joined string (messages wrapped by a browser or email)
 JOINED_MAX_LINES = 200
 JOINED_MAX_CHARS = 100_000
+# a line naming another accelerator backend is not keyword evidence for a CUDA entry: Apple's
+# "MPS backend out of memory" and ROCm's "HIP error: ..." share words ("out of memory", "invalid
+# device function") with NVIDIA failures whose causes and fixes do not apply to them
+OTHER_BACKENDS = ("mps backend", "hip error", "hiperror", "rocm", "pytorch_mps_", "amd_serialize_kernel")
 
 
 @dataclasses.dataclass(slots=True)
@@ -58,7 +62,7 @@ def _match_line(entry: Entry, body: str, low: str) -> tuple[float, tuple[str, ..
                     return PATTERN_CONFIDENCE, ()
                 passed, notes = CHECKS[entry.check](body)
                 return (CHECKED_CONFIDENCE, notes) if passed else None
-    if entry.keywords and entry.check is None:
+    if entry.keywords and entry.check is None and not any(b in low for b in OTHER_BACKENDS):
         found = sum(1 for k in entry.keywords if k in low)
         if found:
             return min(KEYWORD_CAP, KEYWORD_CONFIDENCE + KEYWORD_STEP * (found - 1)), ()
