@@ -21,7 +21,7 @@ from gpudoctor.lint.scope import (
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _GPU = re.compile(r"cuda|nccl|accelerator|device")
-_TEST_MODULE = re.compile(r"(?:^test_.*|.*_test|^conftest)\.py$")
+_TEST_MODULE = re.compile(r"(?:^test_.*|.*[_-]tests?|^conftest)\.py$")  # test_x, x_test(s), x-test(s), conftest
 _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
 # GPU frameworks other than PyTorch: a file importing one of them and never torch runs its GPU
 # work there, and the torch advice (torch.cuda.synchronize, DataLoader workers) does not apply

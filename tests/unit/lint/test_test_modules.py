@@ -87,3 +87,51 @@ def test_test_modules_get_no_memory_sync_or_determinism_advice(path: str) -> Non
 @pytest.mark.parametrize("path", ["train.py", "tests/train_smoke.py", "contest.py"])
 def test_training_code_still_gets_memory_sync_and_determinism_advice(path: str) -> None:
     assert _numerics_codes(path) == ["GD202", "GD502", "GD503"]
+
+
+# Held-out round 6 (benchmarks/results/lint_precision_heldout6.md): round five silenced a test's
+# `torch.load` only when its path was traced to `tmp_path`/`tempfile`; on unseen code 25 test
+# modules reached their own files through fixtures, helpers and mock objects and all fired. A test
+# loads what its own run wrote, and its distributed setup (a barrier before `set_device`, a
+# `torch.distributed.launch` fallback command) is the behaviour under test, not a training setup.
+HARNESS_SOURCE = """\
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def _assert_checkpoints_equal(file1, file2):
+    first = torch.load(file1, weights_only=False)
+    second = torch.load(file2)
+    assert first.keys() == second.keys()
+
+
+def _create_dist_context(dist_info, local_rank):
+    dist.init_process_group(**dist_info)
+    dist.barrier()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+
+
+def check_launcher(nproc):
+    cmd = [sys.executable, "-m", "torch.distributed.launch", "--use_env", f"--nproc_per_node={nproc}"]
+    subprocess.run(cmd + ["script.py"], check=True)
+"""
+
+
+def _harness_codes(path: str) -> list[str]:
+    found = lint_text(HARNESS_SOURCE, path, select_rules(["GD403", "GD404", "GD601"]), LintConfig())
+    return sorted(v.code for v in found)
+
+
+@pytest.mark.parametrize("path", ["tests/trainer/test_checkpoint.py", "tests/conftest.py",
+                                  "scripts/hf-integration-tests.py", "pkg/launcher_tests.py"])
+def test_test_modules_get_no_load_or_distributed_setup_advice(path: str) -> None:
+    assert _harness_codes(path) == []
+
+
+@pytest.mark.parametrize("path", ["train.py", "tests/train_smoke.py", "contest.py", "latest_tests_report.py"])
+def test_training_code_still_gets_load_and_distributed_setup_advice(path: str) -> None:
+    assert _harness_codes(path) == ["GD403", "GD404", "GD601", "GD601"]
