@@ -121,8 +121,15 @@ def check_launcher(nproc):
 """
 
 
-def _harness_codes(path: str) -> list[str]:
-    found = lint_text(HARNESS_SOURCE, path, select_rules(["GD403", "GD404", "GD601"]), LintConfig())
+HARNESS_TESTS = """
+
+def test_launcher_runs():
+    check_launcher(2)
+"""
+
+
+def _harness_codes(path: str, source: str = HARNESS_SOURCE + HARNESS_TESTS) -> list[str]:
+    found = lint_text(source, path, select_rules(["GD403", "GD404", "GD601"]), LintConfig())
     return sorted(v.code for v in found)
 
 
@@ -135,3 +142,10 @@ def test_test_modules_get_no_load_or_distributed_setup_advice(path: str) -> None
 @pytest.mark.parametrize("path", ["train.py", "tests/train_smoke.py", "contest.py", "latest_tests_report.py"])
 def test_training_code_still_gets_load_and_distributed_setup_advice(path: str) -> None:
     assert _harness_codes(path) == ["GD403", "GD404", "GD601", "GD601"]
+
+
+@pytest.mark.parametrize("path", ["implementations/esrgan/test_on_image.py", "main_test.py"])
+def test_scripts_named_like_tests_still_get_load_advice(path: str) -> None:
+    # no test function, no pytest/unittest: an evaluation script loading the user's checkpoint (rounds
+    # three and five judged such loads true)
+    assert _harness_codes(path, HARNESS_SOURCE) == ["GD403", "GD404", "GD601", "GD601"]
