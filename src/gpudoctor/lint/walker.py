@@ -21,7 +21,7 @@ from gpudoctor.lint.scope import (
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _GPU = re.compile(r"cuda|nccl|accelerator|device")
-_TEST_MODULE = re.compile(r"(?:^test_.*|.*_test|^conftest)\.py$")
+_TEST_MODULE = re.compile(r"(?:^test_.*|.*[_-]tests?|^conftest)\.py$")  # test_x, x_test(s), x-test(s), conftest
 _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
 # GPU frameworks other than PyTorch: a file importing one of them and never torch runs its GPU
 # work there, and the torch advice (torch.cuda.synchronize, DataLoader workers) does not apply
@@ -62,6 +62,10 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
                     ctx.dataset_classes.add(cls.name)
     _Walker(ctx).visit(tree, Where())
     _infer_kinds(ctx)
+    # a script named like a test (``test_on_image.py``, ``main_test.py``) that holds no test runs on real files
+    name = re.split(r"[\\/]", path)[-1]
+    ctx.holds_tests = ctx.is_test and (name == "conftest.py" or bool(tops & {"pytest", "unittest"}) or any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test") for n in ast.walk(tree)))
     for call, where in ctx.calls:
         if where.loop is not None and (is_backward(call) or is_optimizer_step(call, ctx, where)
                                        or is_helper_step(call, ctx, where)):

@@ -87,3 +87,65 @@ def test_test_modules_get_no_memory_sync_or_determinism_advice(path: str) -> Non
 @pytest.mark.parametrize("path", ["train.py", "tests/train_smoke.py", "contest.py"])
 def test_training_code_still_gets_memory_sync_and_determinism_advice(path: str) -> None:
     assert _numerics_codes(path) == ["GD202", "GD502", "GD503"]
+
+
+# Held-out round 6 (benchmarks/results/lint_precision_heldout6.md): round five silenced a test's
+# `torch.load` only when its path was traced to `tmp_path`/`tempfile`; on unseen code 25 test
+# modules reached their own files through fixtures, helpers and mock objects and all fired. A test
+# loads what its own run wrote, and its distributed setup (a barrier before `set_device`, a
+# `torch.distributed.launch` fallback command) is the behaviour under test, not a training setup.
+HARNESS_SOURCE = """\
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def _assert_checkpoints_equal(file1, file2):
+    first = torch.load(file1, weights_only=False)
+    second = torch.load(file2)
+    assert first.keys() == second.keys()
+
+
+def _create_dist_context(dist_info, local_rank):
+    dist.init_process_group(**dist_info)
+    dist.barrier()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+
+
+def check_launcher(nproc):
+    cmd = [sys.executable, "-m", "torch.distributed.launch", "--use_env", f"--nproc_per_node={nproc}"]
+    subprocess.run(cmd + ["script.py"], check=True)
+"""
+
+
+HARNESS_TESTS = """
+
+def test_launcher_runs():
+    check_launcher(2)
+"""
+
+
+def _harness_codes(path: str, source: str = HARNESS_SOURCE + HARNESS_TESTS) -> list[str]:
+    found = lint_text(source, path, select_rules(["GD403", "GD404", "GD601"]), LintConfig())
+    return sorted(v.code for v in found)
+
+
+@pytest.mark.parametrize("path", ["tests/trainer/test_checkpoint.py", "tests/conftest.py",
+                                  "scripts/hf-integration-tests.py", "pkg/launcher_tests.py"])
+def test_test_modules_get_no_load_or_distributed_setup_advice(path: str) -> None:
+    assert _harness_codes(path) == []
+
+
+@pytest.mark.parametrize("path", ["train.py", "tests/train_smoke.py", "contest.py", "latest_tests_report.py"])
+def test_training_code_still_gets_load_and_distributed_setup_advice(path: str) -> None:
+    assert _harness_codes(path) == ["GD403", "GD404", "GD601", "GD601"]
+
+
+@pytest.mark.parametrize("path", ["implementations/esrgan/test_on_image.py", "main_test.py"])
+def test_scripts_named_like_tests_still_get_load_advice(path: str) -> None:
+    # no test function, no pytest/unittest: an evaluation script loading the user's checkpoint (rounds
+    # three and five judged such loads true)
+    assert _harness_codes(path, HARNESS_SOURCE) == ["GD403", "GD404", "GD601", "GD601"]

@@ -21,7 +21,8 @@ RATIONALE = (
     "`output.detach().cpu()`, or run evaluation under `torch.no_grad()` / "
     "`torch.inference_mode()`. The rule fires only for outputs of a known model or criterion, or "
     "a loss that `.backward()` is called on. It stays silent on a local list inside a module's "
-    "`forward`, or in another of its methods looping over its own blocks, directly or through a "
+    "`forward` (also of a class whose base is imported from another file: its `forward` is taken "
+    "for a Module's), or in another of its methods looping over its own blocks, directly or through a "
     "local list of them (skip connections, intermediates, "
     "feature vectors: those activations belong to the same graph and die with the call), on a "
     "value last computed under `no_grad` in the same iteration, and on a list whose "
@@ -53,10 +54,17 @@ def _in_forward(ctx: FileContext, where) -> bool:
     vectors) is part of the graph being built and dies when the call returns."""
     func, cls = where.func, where.cls
     if not (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and cls is not None
-            and cls.name in ctx.module_classes and where.loop not in ctx.step_loops):
+            and where.loop not in ctx.step_loops):
         return False
+    if cls.name not in ctx.module_classes:  # the base is imported (``class FCOSHead(RetinaNetHead)``):
+        return func.name == "forward" and _derived(cls)  # only the Module convention ``forward`` tells
     loop_iter = getattr(where.loop, "iter", None)
     return func.name == "forward" or (loop_iter is not None and _own_blocks(ctx, loop_iter, func))
+
+
+def _derived(cls: ast.ClassDef) -> bool:
+    """The class has a base other than ``object``."""
+    return any(not (isinstance(b, ast.Name) and b.id == "object") for b in cls.bases)
 
 
 def _mentions_self(node: ast.AST) -> bool:

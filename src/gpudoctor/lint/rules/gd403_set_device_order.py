@@ -26,7 +26,9 @@ RATIONALE = (
     " lazily), so the rule fires on it only when something uses CUDA or NCCL before the later "
     "`set_device`. `torch.accelerator.set_device_index` counts as setting the device; calls in the"
     " other arm of an `if` (an NPU or MLU branch) are not compared; `init_process_group("
-    "device_id=...)` and moves with an explicit index (`.to(local_rank)`) are fine."
+    "device_id=...)` and moves with an explicit index (`.to(local_rank)`) are fine. Test modules "
+    "holding tests, whose process-group setup (a deliberately wrong device included) is what they check, are "
+    "skipped."
 )
 BAD = ("dist.init_process_group(\"nccl\")\ndist.barrier()\nmodel = Net().cuda()\n"
        "torch.cuda.set_device(local_rank)\n")
@@ -66,6 +68,8 @@ def _touches_gpu(ctx: FileContext, call: ast.Call) -> bool:
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
+    if ctx.holds_tests:
+        return  # a test's process-group setup (a deliberately wrong device included) is what it checks
     setters: dict[object, list[ast.Call]] = {}
     calls_of: dict[object, list[tuple[ast.Call, object]]] = {}
     for call, where in ctx.calls:

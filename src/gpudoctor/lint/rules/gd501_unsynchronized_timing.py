@@ -29,15 +29,19 @@ RATIONALE = (
     " a start taken before the loop span whole iterations, so a sync anywhere in that loop (a "
     "`.item()` under `if`) settles them; a start re-taken at the top of each iteration does not "
     "(it times that step's kernel launches only); one re-taken only under an `if` of the loop "
-    "(after a validation pass) still spans many steps. An NCCL `dist.barrier()` outside an `if` "
+    "(after a validation pass) still spans many steps. An NCCL `dist.barrier()` (or accelerate's "
+    "`wait_for_everyone()`, the same barrier under a multi-process launch) outside an `if` "
     "counts as a sync. Files that never import torch and run another framework (MXNet, "
     "TensorFlow, JAX) are not checked."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
 GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch.cuda.synchronize()\n"
         "print(time.time() - t0)\n")
-# ``barrier``: an NCCL ``dist.barrier()`` blocks the host until the stream's queued work is done
-SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event", "barrier"})
+# ``barrier``: an NCCL ``dist.barrier()`` blocks the host until the stream's queued work is done;
+# accelerate's ``wait_for_everyone()`` is that barrier under a multi-process launch
+SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event", "barrier",
+                   "wait_for_everyone"})
+_BARRIERS = frozenset({"barrier", "wait_for_everyone"})
 
 
 def _timer_lines(ctx: FileContext, stmts: list) -> dict[str, list[int]]:
@@ -117,7 +121,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                 continue
             start = max(starts)
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
-            if any(call_name(c) in SYNCS and not (call_name(c) == "barrier" and w.guarded) for c, w in inside):
+            if any(call_name(c) in SYNCS and not (call_name(c) in _BARRIERS and w.guarded) for c, w in inside):
                 continue  # (a barrier only now and then, under an ``if``, leaves the other steps unsynced)
             loop = _spanning_loop(ctx, stmts, node, node.right.id, end)
             if loop is not None and any(call_name(c) in SYNCS for c, w in calls if loop in w.loops):

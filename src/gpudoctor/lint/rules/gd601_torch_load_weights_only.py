@@ -25,7 +25,10 @@ RATIONALE = (
     "`target-torch` in `[tool.gpudoctor.lint]`) already gets the safe default, and only an "
     "explicit `weights_only=False` is reported there. A file in a temporary folder the same run "
     "made (pytest's `tmp_path`/`tmpdir`, `tempfile`, also through a `self.<attr>` a test's `setUp` "
-    "set from `tempfile.mkdtemp()`) was written by that run and is not reported."
+    "set from `tempfile.mkdtemp()`) was written by that run and is not reported, and test modules "
+    "(`test_*.py`, `*_test.py`, `*_tests.py`, `*-tests.py`, `conftest.py`) that hold tests (`test_*` "
+    "functions, pytest or unittest), which load what their own run saved, are skipped; a script "
+    "named like a test (`test_on_image.py`) is checked."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -63,6 +66,8 @@ def _own_temporary_file(ctx: FileContext, call: ast.Call, func: object) -> bool:
 
 
 def check(ctx: FileContext) -> Iterator[Hit]:
+    if ctx.holds_tests:
+        return  # a test loads the checkpoint its own run just saved (fixture folder, mock hub, helper)
     safe_default = ctx.torch_floor is not None and ctx.torch_floor >= SAFE_DEFAULT
     for call, where in ctx.calls:
         if ctx.qualname(call.func) == "torch.load" and not has_star_kwargs(call):

@@ -25,7 +25,8 @@ RATIONALE = (
     "clears gradients and nothing clears them in another function, the loop calls no helper "
     "named like `*grad*`, the optimizer is not created inside the loop, and the file does not use"
     " distributed autograd (whose contexts keep gradients apart). A loop over optimizers "
-    "(`for opt in optimizers: opt.step()`) is not a step loop: the loop around it is checked, and "
+    "(`for opt in optimizers: opt.step()`, or `scaler.step(opt)`) is not a step loop: the loop "
+    "around it is checked, and "
     "with none (a per-step `train_step` method) the rule is silent."
 )
 BAD = "for x, y in loader:\n    criterion(model(x), y).backward()\n    optimizer.step()\n"
@@ -57,8 +58,9 @@ def _step_loop(call: ast.Call, where: object) -> ast.AST | None:
     iterates over optimizers, one step each, not over steps: the loop around it (if any) is the
     step loop; with none (a per-step ``train_step`` method) nothing here repeats."""
     recv = call.func.value if isinstance(call.func, ast.Attribute) else None
+    arg = call.args[0] if call.args else None  # ``scaler.step(opt)``: the optimizer is the argument
     loops = list(where.loops)
-    while loops and isinstance(recv, ast.Name) and recv.id in _loop_names(loops[-1]):
+    while loops and any(isinstance(n, ast.Name) and n.id in _loop_names(loops[-1]) for n in (recv, arg)):
         loops.pop()
     return loops[-1] if loops else None
 
