@@ -26,15 +26,17 @@ WILD4: tuple[tuple[str, str, str, str], ...] = (
 )
 WHOLE = frozenset({"openai/improved-diffusion", "zhanghang1989/ResNeSt"})
 
-# each plan's diff read by hand, before this round's rule changes (wild4-cpu-before.md)
+# each plan's diff read by hand after this round's rule changes ("was": before them; wild4-cpu-before.md)
 JUDGED4: dict[str, tuple[str, str]] = {
     "detr": ("yes", "no patch: train_one_epoch in engine.py iterates metric_logger.log_every(data_loader, ...) "
              "(as dino); its misses: no autocast in DETR, loader built in main.py with --num_workers 2"),
     "improved_diffusion": ("yes", "no patch: the loop is TrainLoop.run_loop -> forward_backward, methods of a class "
                            "in train_util.py (backward in a microbatch loop); misses: num_workers=1 literal in "
                            "image_datasets.py load_data, its own --use_fp16"),
-    "edm": ("yes", "no patch (a miss): train.py calls training_loop.training_loop(**c) of `from training import "
-            "training_loop`, a module imported from a package, which the project lookup does not resolve"),
+    "edm": ("yes", "no patch: `from training import training_loop` now resolves to training/training_loop.py (was "
+            "'no .backward() inside a loop'); there the loss is backpropagated in the accumulation rounds of a "
+            "while loop, but the net and optimizer come from dnnlib.util.construct_class_by_name and batches "
+            "from next(dataset_iterator): advice names those"),
     "alpaca_lora": ("yes", "no patch: HF Trainer's train() runs the loop (advice)"),
     "taming": ("yes", "no patch: Lightning's trainer.fit runs the loop (advice)"),
     "yolov3": ("yes", "no patch: pbar = enumerate(train_loader) rebound to TQDM(pbar): loader advice; autocast "
@@ -46,10 +48,12 @@ JUDGED4: dict[str, tuple[str, str]] = {
                   "compile advice names its own --torchcompile"),
     "modded_nanogpt": ("yes", "no patch: compiled, bf16/fp8 already; the loop steps its optimizers elsewhere "
                        "(advice: 'does not step an optimizer')"),
-    "stylegan2_ada": ("yes", "no patch (a miss, as edm): `from training import training_loop`, then "
-                      "training_loop.training_loop(**args) in subprocess_fn"),
-    "resnest": ("yes", "bf16 over model(data)+criterion in train(), a def nested in main_worker (criterion: "
-                "LabelSmoothing/NLLMultiLabelSmooth, log_softmax: autocast-safe); loader advice right "
-                "(get_criterion rebinds train_loader for mixup); compile/channels_last advice: model assigned in "
-                "the enclosing main_worker, not found (a miss)"),
+    "stylegan2_ada": ("yes", "no patch: training/training_loop.py now looked in (as edm), but its backward is in "
+                      "loss.accumulate_gradients (training/loss.py), a phase loop over G/D; own CUDA ops"),
+    "resnest": ("yes", "train() is a def nested in main_worker: model now found in the enclosing function (was "
+                "compile/tf32 advice: 'assignment of the model before the loop was not found'): compile, cudnn "
+                "benchmark and tf32 after model.cuda(), before the DDP wrap (as swav/vicreg); bf16 over "
+                "model(data)+criterion (LabelSmoothing/NLLMultiLabelSmooth: log_softmax, autocast-safe); loader "
+                "advice right (get_criterion rebinds train_loader for mixup); channels_last advice: the ResNeSt "
+                "convs are built in resnest/torch/models, get_model's registry imports them (a miss)"),
 }
