@@ -14,7 +14,7 @@ committed):
 3. **runs**: the same plan made for the CPU (autocast on "cpu", no pinning; ``compile`` left out:
    inductor on 2 shared cores takes minutes) run under ``gpudoctor run --steps 3``.
 
-    PYTHONPATH=src:<torchvision dir> python3 benchmarks/corpus/fix_wild.py --out OUT [--set 1|2|3] [--only a,b] [--no-run]
+    PYTHONPATH=src:<torchvision dir> python3 benchmarks/corpus/fix_wild.py --out OUT [--set 1|2|3|4] [--only a,b] [--no-run]
 
 Writes OUT/wild.json, OUT/wild.md (``--set N``, N > 1: wildN.json, wildN.md) and OUT/<name>.diff.
 """
@@ -102,8 +102,10 @@ WILD2 = (
 )
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fix_wild3 import JUDGED3, WILD3  # noqa: E402 - round three's rows, beside this harness
+from fix_wild4 import JUDGED4, WHOLE, WILD4  # noqa: E402 - round four's
 
-SETS = {"1": WILD, "2": WILD2, "3": tuple(Wild(n, r, s, why_not=y) for n, r, s, y in WILD3)}
+SETS = {"1": WILD, "2": WILD2, "3": tuple(Wild(n, r, s, why_not=y) for n, r, s, y in WILD3),
+        "4": tuple(Wild(n, r, s, why_not=y) for n, r, s, y in WILD4)}
 
 
 # each plan's diff (OUT/<name>.diff) read by hand: is every change at the code it is about?
@@ -200,7 +202,7 @@ def extract(w: Wild, work: Path) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    top = w.path.split("/")[0] if "/" in w.path else ""
+    top = w.path.split("/")[0] if "/" in w.path and w.repo not in WHOLE else ""
     archive = subprocess.run(["git", "--git-dir", str(git), "archive", "HEAD", *([top] if top else [])],
                              capture_output=True)
     if archive.returncode == 0:
@@ -382,7 +384,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/gpudoctor-fix-wild"))
     p.add_argument("--only", default="")
     p.add_argument("--no-run", action="store_true")
-    p.add_argument("--set", choices=sorted(SETS), default="1", help="1: round one's 14 scripts; 2: round two's 11; 3: round three's 12")
+    p.add_argument("--set", choices=sorted(SETS), default="1", help="1: round one's 14 scripts; 2: round two's 11; 3: round three's 12; 4: round four's 12")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pylib = os.environ.get("PYTHONPATH", "")
@@ -402,7 +404,7 @@ def main() -> None:
             cpu = plan(path, "cpu", drop=("compile",))
             row["patched"] = run_patched(path, cpu["fixed"], w, args.work / f"{w.name}-out", pylib) \
                 if cpu["fixed"] else None
-        row["judged"], row["note"] = {**JUDGED, **JUDGED2, **JUDGED3}.get(w.name, ("not read", ""))
+        row["judged"], row["note"] = {**JUDGED, **JUDGED2, **JUDGED3, **JUDGED4}.get(w.name, ("not read", ""))
         if w.why_not:
             row["note"] = f"{row['note']}; not run: {w.why_not}".lstrip("; ")
         print(w.name, [c["kind"] for c in row["plan"]["changes"]], row.get("cli"), row.get("patched"), flush=True)

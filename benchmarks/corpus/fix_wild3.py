@@ -26,9 +26,11 @@ WILD3: tuple[tuple[str, str, str, str], ...] = (
 
 # each plan's diff read by hand after this round's rule changes ("was": before them; wild3-cpu-before.md)
 JUDGED3: dict[str, tuple[str, str]] = {
-    "moco_v3": ("partly", "-j default lowered 32 -> 8, but main_worker divides args.workers by the GPUs per node "
-                "(line 207): 8 GPUs get 1 worker each instead of 4; persistent/prefetch on train_loader right; "
-                "channels_last + compile before the DDP wrap (right); bf16 advice: autocast already"),
+    "moco_v3": ("yes", "-j default 32 -> 8 for the one process this plan measures; main_worker divides args.workers "
+                "by the GPUs per node (line 207), so the comment says it is a total per node and to set N x 8 for N "
+                "processes, and a run measured on 8 processes sets 64 (round four; was 'partly': 8 as if per "
+                "process, 1 worker each on 8 GPUs); persistent/prefetch on train_loader right; channels_last + "
+                "compile before the DDP wrap (right); bf16 advice: autocast already"),
     "deit": ("yes", "no patch: the backward is inside timm's NativeScaler (loss_scaler(loss, optimizer)) in "
              "engine.py, so no loop is located; autocast already"),
     "mae_pretrain": ("yes", "no patch: as deit, loss_scaler(...) in engine_pretrain.py does the backward"),

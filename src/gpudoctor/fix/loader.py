@@ -6,6 +6,9 @@
   :mod:`gpudoctor.fix.options`): the option's ``default=`` is set instead and the call left alone,
   so ``-j 16`` still means 16 workers; the change carries the option (:class:`OptionEdit`) so a
   command line that sets it itself is measured with the new value;
+- an option the script divides by its processes before the loader reads it (imagenet, moco:
+  ``args.workers = int((args.workers + ngpus_per_node - 1) / ngpus_per_node)``) is a total: its
+  default is the per-process plan times the processes measured on the node (:func:`_as_total`);
 - any other expression (a function's parameter filled elsewhere, a config object, a dict entry): set
   on the call, and the comment names what it replaced (``num_workers was cfg.workers``): the patch
   is measured and kept, and the line that no longer reads the user's setting says so;
@@ -24,7 +27,7 @@ from gpudoctor.analysis.knob_map import loader_plan
 from gpudoctor.fix.host import host_slices
 from gpudoctor.fix.locate import Located
 from gpudoctor.fix.ops import INSERT_AFTER, SET_KWARGS, Op, OptionEdit
-from gpudoctor.fix.options import long_flags, readers, traced_option
+from gpudoctor.fix.options import divided, long_flags, readers, traced_option
 from gpudoctor.lint.flow import parents
 from gpudoctor.lint.rules.gd104_dataloader_defaults import LOADERS
 from gpudoctor.records.run import RankConfig
@@ -68,9 +71,13 @@ def loader_ops(kind: str, found: Located, config: RankConfig | None,
         option = traced_option(found, current, call)
         if option is not None and _numeric(option, value):
             text = ast.get_source_segment(src, current) or name
+            value, total = _as_total(found, option, value, config) if name == "num_workers" else (value, "")
+            if value is None:
+                replaced.append(total)  # a divisor fix cannot count: the default left alone, the reason said
+                continue
             # a default that already is the value needs no edit; a command line setting it still does
             if not (isinstance(option.default, ast.Constant) and str(option.default.value) == value):
-                ops.append(_default_op(found, option, name, value, text, current, call))
+                ops.append(_default_op(found, option, name, value, text, current, call, total))
                 if name == "num_workers":
                     ops += _shared_ops(found, option, value, call)
             edits.append(OptionEdit(flags=option.flags, value=value,
@@ -151,7 +158,36 @@ def _numeric(option, value: str) -> bool:
     return option.action in (None, "store") and "nargs" not in kw and plain and value.lstrip("-").isdigit()
 
 
-def _default_op(found: Located, option, name: str, value: str, text: str, read: ast.AST, call: ast.Call) -> Op:
+def _as_total(found: Located, option, value: str, config: RankConfig | None) -> tuple[str | None, str]:
+    """The default the option needs for ``value`` workers per process, and what the comment says of it.
+
+    Most scripts hand the option to ``DataLoader`` as it is: the default is ``value``. Some divide it
+    first (:func:`~gpudoctor.fix.options.divided`: pytorch/examples imagenet and moco's ``args.workers
+    = int((args.workers + ngpus_per_node - 1) / ngpus_per_node)``), so the option is a total over
+    the processes of a node (or of the job, for ``world_size``): the default becomes ``value`` times
+    the processes the measured run had there (``local_world_size``, else ``world_size``: one node).
+    The two cases are told apart by that division in the source; a run of one process (the
+    single-process imagenet case, where the division is skipped or divides by 1) keeps ``value``.
+    A divisor that counts something else leaves the default alone (``None``), with the reason."""
+    cut = divided(found, option)
+    if cut is None:
+        return value, ""
+    line, divisor, counts = cut
+    if not counts:
+        return None, (f"num_workers kept: line {line} divides {option.dest} by {divisor}, which fix cannot "
+                      f"count; set it to {value} workers per process times that")
+    world = config.world_size if config is not None else 1
+    procs = (config.local_world_size or world) if counts == "node" and config is not None else world
+    procs = max(procs or 1, 1)
+    where = "per node" if counts == "node" else "for the job"
+    said = f"a total {where}: line {line} divides it by {divisor}; "
+    if procs == 1:
+        return value, said + f"one process measured: with N processes set N x {value}"
+    return str(int(value) * procs), said + f"{value} per process x {procs} processes measured"
+
+
+def _default_op(found: Located, option, name: str, value: str, text: str, read: ast.AST, call: ast.Call,
+                total: str = "") -> Op:
     """The option's ``default=`` set to ``value``; the comment says where the loader reads it."""
     flags = "/".join(option.flags)
     was = ast.get_source_segment(found.ctx.source, option.default) if option.default is not None else "none"
@@ -159,7 +195,9 @@ def _default_op(found: Located, option, name: str, value: str, text: str, read: 
     lines = [n for n in readers(found, option.dest) if n not in inside]
     also = f"; also read at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines else ""
     short = next((f for f in option.flags if not f.startswith("--")), option.flags[0])
-    why = (f"{_why({name: value})}: the default of {flags} (was {was}), read as {name}={text} at line "
+    per = f" ({total})" if total else ""
+    head = f"{value} data-loading workers in all" if " processes measured" in total else _why({name: value})
+    why = (f"{head}: the default of {flags} (was {was}){per}, read as {name}={text} at line "
            f"{read.lineno}{also}; {short} N still sets it")
     return Op(SET_KWARGS, found.pos(option.call), found.pos(found.stmt_of(option.call)), text=(found.callee(option.call),),
               kwargs=(("default", value), *_help(found, option, was, value)), why=why)

@@ -205,7 +205,8 @@ def _argument(found: Located, func: ast.FunctionDef, call: ast.Call, param: str)
 
 def origin(found: Located, name: str, func: ast.AST | None, depth: int = 0) -> tuple[str, ast.AST | None]:
     """Where ``name`` (used in ``func``) gets its value: a parameter is followed to the one call site
-    of its function (twice at most). Returns the name there and its scope."""
+    of its function (twice at most); a name the function does not bind, to the enclosing function
+    that does (a closure), else the module. Returns the name there and its scope."""
     params, assigns = found.ctx.params.get(func, set()), found.ctx.assigns.get(func, {})
     if depth < 2 and name in params and name not in assigns:
         site = _call_site(found, func)
@@ -214,8 +215,19 @@ def origin(found: Located, name: str, func: ast.AST | None, depth: int = 0) -> t
             if isinstance(arg, ast.Name):
                 return origin(found, arg.id, site[1].func, depth + 1)
     if func is not None and name not in params and name not in assigns:
-        return name, None  # a module-level name read inside the function
+        return name, _enclosing(found, name, func)  # a closure's (resnest's nested train()) or the module's
     return name, func
+
+
+def _enclosing(found: Located, name: str, func: ast.AST) -> ast.AST | None:
+    """The function around ``func`` (nested in it) that binds ``name``, as Python resolves a free
+    name; ``None``: the module."""
+    outer = _scope(found, func)
+    while outer is not None:
+        if name in found.ctx.params.get(outer, set()) or name in found.ctx.assigns.get(outer, {}):
+            return outer
+        outer = _scope(found, outer)
+    return None
 
 
 def use_in(found: Located, scope: ast.AST | None) -> ast.AST | None:

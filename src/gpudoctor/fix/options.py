@@ -220,6 +220,31 @@ def switch(found, node: ast.AST) -> str:
     return ""
 
 
+def divided(found, option: Option) -> tuple[int, str, str] | None:
+    """Where the script rebinds the option to itself divided by a process count before its loader
+    reads it (pytorch/examples imagenet, moco: ``args.workers = int((args.workers + ngpus_per_node -
+    1) / ngpus_per_node)``): ``(line, divisor as written, what it counts)``, the last ``"node"``
+    (a name with ``node``, ``local`` or ``ngpus``, ``device_count()``), ``"world"`` (``world_size``)
+    or ``""`` (some other divisor); ``None`` where the option is never divided. The option then is a
+    total over those processes, not a per-process count."""
+    for node in ast.walk(found.ctx.tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Attribute) and node.targets[0].attr == option.dest):
+            continue
+        reads = any(isinstance(n, ast.Attribute) and n.attr == option.dest and isinstance(n.ctx, ast.Load)
+                    for n in ast.walk(node.value))
+        div = next((n for n in ast.walk(node.value) if isinstance(n, ast.BinOp)
+                    and isinstance(n.op, (ast.Div, ast.FloorDiv))), None)
+        if not reads or div is None:
+            continue
+        text = ast.get_source_segment(found.ctx.source, div.right) or ast.unparse(div.right)
+        low = text.lower()
+        counts = ("node" if any(w in low for w in ("node", "local", "ngpus", "device_count")) else
+                  "world" if "world_size" in low else "")
+        return node.lineno, text, counts
+    return None
+
+
 def readers(found, dest: str) -> list[int]:
     """The lines that read ``<name>.<dest>`` of some name (the option's other uses)."""
     return sorted({n.lineno for n in ast.walk(found.ctx.tree) if isinstance(n, ast.Attribute) and n.attr == dest
@@ -297,5 +322,5 @@ def shown(argv: tuple[str, ...], script: str) -> str:
     return " ".join(shlex.quote(w) for w in ("python", script, *argv))
 
 
-__all__ = ["Option", "command_line", "dest_of", "is_namespace", "long_flags", "parser_options", "readers",
+__all__ = ["Option", "command_line", "dest_of", "divided", "is_namespace", "long_flags", "parser_options", "readers",
            "rewrite_argv", "shown", "switch", "traced_option"]

@@ -33,11 +33,14 @@ def project_folders(script: Path) -> list[Path]:
 
 def local_modules(script: Path, tree: ast.Module) -> list[tuple[Path, Path]]:
     """``(module file, the folder it is imported from)`` for each absolute import of the script
-    that resolves to a file of its project."""
+    that resolves to a file of its project; ``from pkg import name`` also tries ``pkg/name.py``
+    (a module imported from its package), which a name defined in ``pkg`` itself does not have."""
     names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
+            # ``from training import training_loop``: a module of the package (edm, stylegan2-ada)
+            names += [f"{node.module}.{a.name}" for a in node.names if a.name != "*"]
         elif isinstance(node, ast.Import):
             names += [a.name for a in node.names]
     out: list[tuple[Path, Path]] = []

@@ -51,7 +51,8 @@ def test_a_workers_flag_gets_its_default_changed_and_the_call_keeps_reading_it(g
     # -j 0 must still run: DataLoader refuses both without workers
     assert "persistent_workers=args.workers > 0," in fixed and "prefetch_factor=4 if args.workers > 0 else None)" in fixed
     assert ("# gpudoctor fix: GD-RUN-DATALOADER — 8 worker processes load the batches: the default of -j/--workers "
-            "(was 0), read as num_workers=args.workers at line 50; also read at line 45; -j N still sets it\n") in fixed
+            "(was 0) (a total per node: line 45 divides it by ngpus_per_node; one process measured: with N processes set "
+            "N x 8), read as num_workers=args.workers at line 50; also read at line 45; -j N still sets it\n") in fixed
     golden("fix/argparse_default.diff", unified_diff(source, fixed, "argparse_loader.py"))
 
 
