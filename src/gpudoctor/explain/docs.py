@@ -67,8 +67,17 @@ before any change** (12 right, 10 honest "unknown"; 6 wrong: an MPS OOM and a WS
 failure claimed as CUDA OOMs by the words "out of memory", a bitsandbytes library taken for a missing
 libcudart, three OOM sub-kinds; 2 missed: a torch 1.x OOM pasted without its head, a compiled model's
 `_orig_mod.` keys); 28 of 30 after the general fixes and three entries (`bitsandbytes-native-library`,
-`extension-built-for-other-torch`, `gradscaler-no-inf-checks`), fitted. On failures produced for real
-on an H200: 12 of 12.
+`extension-built-for-other-torch`, `gradscaler-no-inf-checks`), fitted. A fifth fresh set
+(benchmarks/results/explain_heldout5.md: 30 reports, weighted to test round four's fixes held-out with
+other ROCm / MPS / WSL wordings, torch 0.x/1.x wording and native libraries, plus OOMs in the optimizer
+step and under ranks, NCCL errors from NCCL 2.7.8 to 2.19, device-side asserts, dtype/device
+mismatches, DataLoader worker deaths, checkpoint errors, and 6 that no entry should claim): **21 of 30
+correct before any change** (15 right, 6 honest "unknown"; 4 wrong: a ROCm "HIP out of memory" taken
+for a CUDA OOM by its exception name, a torch 0.3 THCudaCheck OOM ranked after the segfault it
+caused, two OOM sub-kinds; 5 missed: torch 1.x "Expected object of backend/scalar type" wordings of
+device and dtype mismatches, a torchvision op without a CUDA kernel); 29 of 30 after the general
+fixes and one entry (`checkpoint-file-corrupt`), fitted. On failures produced for real on an H200:
+12 of 12.
 
 ## How a long log is read
 

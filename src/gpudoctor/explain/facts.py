@@ -21,6 +21,13 @@ _OLD = re.compile(
     rf"{_SIZE} free; {_SIZE} reserved in total by PyTorch\)",
     re.IGNORECASE,
 )
+# torch 1.0-1.3 (c10/cuda/CUDACachingAllocator.cpp): "X cached" is the reserved-but-unallocated
+# cache (amount_cached - amount_allocated), not the whole pool
+_OLDEST = re.compile(
+    rf"Tried to allocate {_SIZE} \(GPU \d+; {_SIZE} total capacity; {_SIZE} already allocated; "
+    rf"{_SIZE} free; {_SIZE} cached\)",
+    re.IGNORECASE,
+)
 _NEW_HEAD = re.compile(
     rf"Tried to allocate {_SIZE}\. GPU \d+ has a total capac\w* of {_SIZE} of which {_SIZE} is free",
     re.IGNORECASE,
@@ -52,15 +59,17 @@ class OomFacts:
 
 
 def parse_oom(text: str) -> OomFacts | None:
-    """Read the sizes from either wording of the caching allocator's OOM message."""
-    old = _OLD.search(text)
-    if old:
-        g = old.groups()
-        requested, total, allocated, free, reserved = (
-            _bytes(g[i], g[i + 1]) for i in range(0, 10, 2)
-        )
-        return OomFacts(requested=requested, total=total, free=free, allocated=allocated,
-                        reserved_unallocated=max(reserved - allocated, 0))
+    """Read the sizes from any wording of the caching allocator's OOM message."""
+    for pattern, last_is_pool in ((_OLD, True), (_OLDEST, False)):
+        old = pattern.search(text)
+        if old:
+            g = old.groups()
+            requested, total, allocated, free, last = (
+                _bytes(g[i], g[i + 1]) for i in range(0, 10, 2)
+            )
+            gap = max(last - allocated, 0) if last_is_pool else last
+            return OomFacts(requested=requested, total=total, free=free, allocated=allocated,
+                            reserved_unallocated=gap)
     head = _NEW_HEAD.search(text)
     if not head:
         return None
@@ -113,7 +122,8 @@ def oom_request_exceeds_total(text: str) -> tuple[bool, tuple[str, ...]]:
 
 def _held_outside(facts: OomFacts) -> int | None:
     """Memory on the GPU that neither is free nor belongs to this process's PyTorch pool, when the
-    message's sizes say so: torch 1.x gives 'reserved in total by PyTorch'; torch >= 2.1 gives
+    message's sizes say so: torch 1.x gives 'reserved in total by PyTorch' (1.0-1.3: the unallocated
+    'cached' part); torch >= 2.1 gives
     'this process has X memory in use' (which includes this process's non-PyTorch memory)."""
     if facts.total is None or facts.free is None:
         return None

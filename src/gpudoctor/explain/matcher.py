@@ -21,10 +21,19 @@ OVERRIDE_WINDOW = 200
 # inputs this short are also matched as one joined string (messages wrapped by a browser or email)
 JOINED_MAX_LINES = 200
 JOINED_MAX_CHARS = 100_000
-# a line naming another accelerator backend is not keyword evidence for a CUDA entry: Apple's
-# "MPS backend out of memory" and ROCm's "HIP error: ..." share words ("out of memory", "invalid
+# a line naming another accelerator backend is no evidence for a CUDA entry, by keyword or by
+# pattern: Apple's "MPS backend out of memory" and ROCm's "HIP error: ..." / "torch.OutOfMemoryError:
+# HIP out of memory" share words and exception names ("out of memory", "OutOfMemoryError", "invalid
 # device function") with NVIDIA failures whose causes and fixes do not apply to them
-OTHER_BACKENDS = ("mps backend", "hip error", "hiperror", "rocm", "pytorch_mps_", "amd_serialize_kernel")
+OTHER_BACKENDS = ("mps backend", "hip error", "hiperror", "rocm", "pytorch_mps_", "amd_serialize_kernel",
+                  "hip out of memory", "pytorch_hip_alloc_conf")
+# how far around a match in the joined text a backend's name still belongs to the same message
+OTHER_BACKEND_REACH = 120
+
+
+def names_other_backend(low: str) -> bool:
+    """Whether a (lower-cased) line names another accelerator backend than CUDA."""
+    return any(b in low for b in OTHER_BACKENDS)
 
 
 @dataclasses.dataclass(slots=True)
@@ -55,6 +64,8 @@ class EntryHits:
 
 def _match_line(entry: Entry, body: str, low: str) -> tuple[float, tuple[str, ...]] | None:
     """Confidence and notes if ``entry`` recognises this line, else ``None``."""
+    if names_other_backend(low):
+        return None
     if entry.patterns and any(a in low for a in entry.anchors):
         for pattern in entry.patterns:
             if pattern.search(body):
@@ -62,7 +73,7 @@ def _match_line(entry: Entry, body: str, low: str) -> tuple[float, tuple[str, ..
                     return PATTERN_CONFIDENCE, ()
                 passed, notes = CHECKS[entry.check](body)
                 return (CHECKED_CONFIDENCE, notes) if passed else None
-    if entry.keywords and entry.check is None and not any(b in low for b in OTHER_BACKENDS):
+    if entry.keywords and entry.check is None:
         found = sum(1 for k in entry.keywords if k in low)
         if found:
             return min(KEYWORD_CAP, KEYWORD_CONFIDENCE + KEYWORD_STEP * (found - 1)), ()
@@ -137,7 +148,9 @@ def match_joined(catalog: Catalog, lines: list[str], found: dict[str, EntryHits]
                 continue
             for pattern in entry.patterns:
                 m = pattern.search(joined)
-                if not m:
+                if not m or names_other_backend(
+                    low[max(0, m.start() - OTHER_BACKEND_REACH): m.end() + OTHER_BACKEND_REACH]
+                ):
                     continue
                 notes: tuple[str, ...] = ()
                 confidence = PATTERN_CONFIDENCE
