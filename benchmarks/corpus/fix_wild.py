@@ -79,33 +79,13 @@ WILD = (
 )
 
 
-# round two (held out from round one's rule changes): other public scripts, judged the same way
-WILD2 = (
-    Wild("yt_cnn", "yunjey/pytorch-tutorial", "tutorials/02-intermediate/convolutional_neural_network/main.py",
-         why_not="downloads MNIST"),
-    Wild("yt_resnet", "yunjey/pytorch-tutorial", "tutorials/02-intermediate/deep_residual_network/main.py",
-         why_not="downloads CIFAR-10"),
-    Wild("yt_language_model", "yunjey/pytorch-tutorial", "tutorials/02-intermediate/language_model/main.py",
-         why_not="needs its data/train.txt"),
-    Wild("yt_gan", "yunjey/pytorch-tutorial", "tutorials/03-advanced/generative_adversarial_network/main.py",
-         why_not="downloads MNIST"),
-    Wild("yt_vae", "yunjey/pytorch-tutorial", "tutorials/03-advanced/variational_autoencoder/main.py",
-         why_not="downloads MNIST"),
-    Wild("gan_wgan_gp", "eriklindernoren/PyTorch-GAN", "implementations/wgan_gp/wgan_gp.py",
-         why_not="downloads MNIST"),
-    Wild("gan_cyclegan", "eriklindernoren/PyTorch-GAN", "implementations/cyclegan/cyclegan.py",
-         why_not="needs an image-pair data set"),
-    Wild("gan_dcgan", "eriklindernoren/PyTorch-GAN", "implementations/dcgan/dcgan.py", why_not="downloads MNIST"),
-    Wild("simsiam", "facebookresearch/simsiam", "main_simsiam.py", why_not="NCCL, ImageNet folders"),
-    Wild("barlowtwins", "facebookresearch/barlowtwins", "main.py", why_not="NCCL, ImageNet folders"),
-    Wild("vicreg", "facebookresearch/vicreg", "main_vicreg.py", why_not="NCCL, ImageNet folders"),
-)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fix_wild3 import JUDGED3, WILD3  # noqa: E402 - round three's rows, beside this harness
+from fix_wild2 import JUDGED2, WILD2  # noqa: E402 - round two's rows, beside this harness
+from fix_wild3 import JUDGED3, WILD3  # noqa: E402 - round three's
 from fix_wild4 import JUDGED4, WHOLE, WILD4  # noqa: E402 - round four's
 
-SETS = {"1": WILD, "2": WILD2, "3": tuple(Wild(n, r, s, why_not=y) for n, r, s, y in WILD3),
-        "4": tuple(Wild(n, r, s, why_not=y) for n, r, s, y in WILD4)}
+SETS = {"1": WILD, **{n: tuple(Wild(name, repo, path, why_not=why) for name, repo, path, why in rows)
+                      for n, rows in (("2", WILD2), ("3", WILD3), ("4", WILD4))}}
 
 
 # each plan's diff (OUT/<name>.diff) read by hand: is every change at the code it is about?
@@ -143,35 +123,6 @@ JUDGED = {
 }
 
 # round two, read after this round's rule changes ("was": before them; wild2-cpu-before.md)
-JUDGED2 = {
-    "yt_cnn": ("yes", "loader on train_loader (test_loader untouched); channels_last on ConvNet + images; bf16 over "
-               "model(images)+criterion; compile after model = ConvNet(...).to(device)"),
-    "yt_resnet": ("yes", "as yt_cnn: loader on train_loader, ResNet convs channels_last, bf16 over forward+loss"),
-    "yt_language_model": ("yes", "no DataLoader (Corpus ids sliced): loader advice; bf16 over model(inputs, states)"
-                          "+criterion; cudnn_benchmark only because this plan forces it (an LSTM)"),
-    "yt_gan": ("yes", "bf16 advice: nn.BCELoss, which CUDA autocast refuses (was patched: raises at step 1); "
-               "compile on D and G, after each one's .to(device) (was D only); channels_last advice: no conv"),
-    "yt_vae": ("yes", "non_blocking on x.to(device) only (was also on the chained .view(): TypeError); bf16 advice: "
-               "F.binary_cross_entropy (was patched: CUDA autocast raises)"),
-    "gan_wgan_gp": ("yes", "compile advice: autograd.grad(create_graph=True) gradient penalty, no double backward "
-                    "through compiled modules (was discriminator.compile()); bf16 over the critic's loss incl. the "
-                    "penalty: runs, numerics unmeasured; tf32/cudnn lines between the two models (harmless)"),
-    "gan_cyclegan": ("yes", "loader via the --n_cpu default (argparse) + persistent on the training loader "
-                     "(val_dataloader untouched); three models, two optimizers: everything else advice"),
-    "gan_dcgan": ("yes", "bf16 advice: nn.BCELoss (was patched: CUDA autocast raises); channels_last and compile "
-                  "on the generator and the discriminator (was G only), real_imgs converted before D's first call, "
-                  "z guarded (2-D: a no-op), gen_imgs not (G's output)"),
-    "simsiam": ("yes", "loader via the -j default (32 -> 8) + persistent; bf16 over model(x1, x2)+criterion; compile "
-                "after the DDP wrap; channels_last advice: torchvision model built by name"),
-    "barlowtwins": ("yes", "num_workers=args.workers kept: args traced through mp.spawn(main_worker, (args,), n) "
-                    "to --workers, whose default is 8 already (was replaced by a literal 8); persistent and "
-                    "prefetch guarded by args.workers > 0; set_epoch not added: the epoch loop calls it (was "
-                    "added twice); bf16 advice: autocast already"),
-    "vicreg": ("yes", "channels_last and compile on the inner module before the DDP wrap (was after it: DDP's "
-               "buckets laid out for the contiguous params; PyTorch's docs compile the module passed to DDP); "
-               "set_epoch not added: the loop calls it (was added twice); loader via the --num-workers default "
-               "(10 -> 8)"),
-}
 
 
 def _findings():
