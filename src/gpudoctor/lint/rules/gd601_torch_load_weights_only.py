@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
-from gpudoctor.lint.scope import FileContext, call_name, has_star_kwargs, is_const, kwarg
+from gpudoctor.lint.scope import FileContext, Where, call_name, has_star_kwargs, is_const, kwarg
 
 CODE = "GD601"
 NAME = "torch-load-weights-only"
@@ -29,9 +29,10 @@ RATIONALE = (
     "(`test_*.py`, `*_test.py`, `*_tests.py`, `*-tests.py`, `conftest.py`) that hold tests (`test_*` "
     "functions, pytest or unittest), which load what their own run saved, are skipped; a script "
     "named like a test (`test_on_image.py`) is checked. A load of the very path the same file "
-    "saved to with `torch.save` earlier in the run (a script reloading its best checkpoint at the "
-    "end) reads the run's own output and is not reported; a resume from a file an earlier process "
-    "left there (loaded before the first save) and a load of a caller's path are."
+    "saved to with `torch.save` inside its training loop, after that loop (a script reloading its "
+    "best checkpoint at the end), reads the run's own output and is not reported; a resume from a "
+    "file an earlier process left there (loaded before the first save), a load of a caller's path "
+    "and a straight-line save-then-load demonstration (the load line people copy) are."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -117,35 +118,40 @@ def _path_key(ctx: FileContext, expr: ast.AST | None, func: ast.AST | None, dept
     return ast.dump(expr)
 
 
-def _run_line(ctx: FileContext, node: ast.AST, func: ast.AST | None) -> tuple[ast.AST | None, int]:
-    """Where a call runs, as (scope, line): its own line, or, inside a (non-method) function, the
-    first line that calls that function in the scope that defines it, up a few levels."""
-    scope, line, functions = func, node.lineno, _functions(ctx)
+def _run_line(ctx: FileContext, node: ast.AST, where: Where) -> tuple[ast.AST | None, int, bool]:
+    """Where a call runs, as (scope, line, in a loop): its own line, or, inside a (non-method)
+    function, the first line that calls that function in the scope that defines it, up a few
+    levels; "in a loop" if the call or one of those calling lines is inside a loop."""
+    scope, line, looped, functions = where.func, node.lineno, bool(where.loops), _functions(ctx)
     for _ in range(3):
         if scope is None or scope not in functions or functions[scope][1]:
             break
         parent = functions[scope][0]
-        lines = [call.lineno for call, where in ctx.calls
-                 if where.func is parent and isinstance(call.func, ast.Name) and call.func.id == scope.name]
-        if not lines:
+        sites = [(call.lineno, bool(at.loops)) for call, at in ctx.calls
+                 if at.func is parent and isinstance(call.func, ast.Name) and call.func.id == scope.name]
+        if not sites:
             break
-        scope, line = parent, min(lines)
-    return scope, line
+        scope, (line, site_looped) = parent, min(sites)
+        looped = looped or site_looped
+    return scope, line, looped
 
 
-def _reloads_own_save(ctx: FileContext, call: ast.Call, func: ast.AST | None) -> bool:
-    """The load reads the path a ``torch.save`` in this file wrote earlier in the same run."""
-    key = _path_key(ctx, call.args[0] if call.args else kwarg(call, "f"), func)
+def _reloads_own_save(ctx: FileContext, call: ast.Call, where: Where) -> bool:
+    """The load reads the checkpoint a ``torch.save`` in this file wrote to the same path earlier
+    in the run, from inside a loop (the training loop's best/last checkpoint, reloaded after it).
+    A straight-line ``torch.save(m, p)`` then ``torch.load(p)`` is a round-trip demonstration
+    (tutorials), whose load line is the one people copy: still reported."""
+    key = _path_key(ctx, call.args[0] if call.args else kwarg(call, "f"), where.func)
     if key is None:
         return False
-    load_scope, load_line = _run_line(ctx, call, func)
-    for save, where in ctx.calls:
+    load_scope, load_line, _ = _run_line(ctx, call, where)
+    for save, at in ctx.calls:
         if ctx.qualname(save.func) != "torch.save":
             continue
         target = save.args[1] if len(save.args) > 1 else kwarg(save, "f")
-        if _path_key(ctx, target, where.func) == key:
-            save_scope, save_line = _run_line(ctx, save, where.func)
-            if save_scope is load_scope and save_line < load_line:
+        if _path_key(ctx, target, at.func) == key:
+            save_scope, save_line, looped = _run_line(ctx, save, at)
+            if looped and save_scope is load_scope and save_line < load_line:
                 return True
     return False
 
@@ -156,7 +162,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
     safe_default = ctx.torch_floor is not None and ctx.torch_floor >= SAFE_DEFAULT
     for call, where in ctx.calls:
         if ctx.qualname(call.func) == "torch.load" and not has_star_kwargs(call):
-            if _own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where.func):
+            if _own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where):
                 continue
             value = kwarg(call, "weights_only")
             if value is None and not safe_default:
