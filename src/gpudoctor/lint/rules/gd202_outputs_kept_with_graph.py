@@ -25,7 +25,8 @@ RATIONALE = (
     "for a Module's), or in another of its methods looping over its own blocks, directly or through a "
     "local list of them (skip connections, intermediates, "
     "feature vectors: those activations belong to the same graph and die with the call), on a "
-    "value last computed under `no_grad` in the same iteration, and on a list whose "
+    "value last computed under `no_grad` in the same iteration, in a helper function every call of "
+    "which in the file runs under `no_grad` (a `@torch.no_grad()` caller or a `with` block), and on a list whose "
     "losses are `.backward()`-ed later (the graphs are kept on purpose). Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) run a few steps on toy data and are skipped."
 )
@@ -142,6 +143,18 @@ def _backward_later(ctx: FileContext, name: str, func) -> bool:
     return False
 
 
+def _only_called_without_grad(ctx: FileContext, func) -> bool:
+    """``func`` is a plain function of this file and every call of it (there is one at least) runs
+    under ``no_grad``: a ``@torch.no_grad()`` caller or a ``with torch.no_grad():`` block."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func in ctx.func_cls:
+        return False
+    key = ("gd202-callers", func)
+    if key not in ctx.cache:
+        sites = [at for call, at in ctx.calls if isinstance(call.func, ast.Name) and call.func.id == func.name]
+        ctx.cache[key] = bool(sites) and all(at.no_grad for at in sites)
+    return ctx.cache[key]
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ctx.is_test:
         return  # a test keeps a few toy steps' outputs to compare them: no memory to save
@@ -162,7 +175,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                 continue
         elif not _self_list(ctx, holder, where):  # ``self.scores``: lives as long as the object
             continue
-        if _computed_without_grad(ctx, call.args[0], where, stmt.lineno):
+        if (_computed_without_grad(ctx, call.args[0], where, stmt.lineno)
+                or _only_called_without_grad(ctx, where.func)):
             continue
         if carries_graph(ctx, call.args[0], where, graph_names(ctx, where.func)):
             yield Hit(call)

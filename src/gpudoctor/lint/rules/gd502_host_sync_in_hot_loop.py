@@ -24,7 +24,9 @@ RATIONALE = (
     "`loss_scaler(loss, optimizer, ...)`) and never under an `if`, where logging usually is, in files that name a "
     "device (CUDA, NCCL, `torch.accelerator`, a `device`). A read that follows an unconditional "
     "`torch.cuda.synchronize()` in the same pass adds no wait (the device is already idle) and is "
-    "not reported. Test modules (`test_*.py`, `*_test.py`, `conftest.py`) check values on toy "
+    "not reported, nor is an `.item()` whose value is a length or index the next lines need on the "
+    "host (`x[:, :lens.max().item()]`, `n = mask.sum().item()` then `x[:n]` or `range(n)`): a "
+    "data-dependent shape costs that sync wherever it is read. Test modules (`test_*.py`, `*_test.py`, `conftest.py`) check values on toy "
     "data, not throughput, and are skipped."
 )
 BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    running += loss.item()\n"
@@ -61,6 +63,49 @@ def _synced_lines(ctx: FileContext) -> dict[object, int]:
     return first
 
 
+_SIZE_CALLS = frozenset({"range", "arange", "zeros", "ones", "empty", "full", "randn", "rand", "randint",
+                         "narrow", "view", "reshape", "expand", "repeat", "split", "chunk", "topk"})
+
+
+def _in_size(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """``node`` lies in a subscript's index or is a size/count argument (``range(n)``, ``x.view(n, -1)``)."""
+    child = node
+    while id(child) in parents:
+        parent = parents[id(child)]
+        if isinstance(parent, ast.Subscript) and child is parent.slice:
+            return True
+        if isinstance(parent, ast.Call) and child in parent.args and isinstance(parent.func, (ast.Name, ast.Attribute)):
+            name = parent.func.id if isinstance(parent.func, ast.Name) else parent.func.attr
+            if name in _SIZE_CALLS:
+                return True
+        if isinstance(parent, ast.stmt):
+            return False
+        child = parent
+    return False
+
+
+def _shape_value(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """The read gives a length or index the host needs next (``x[:, :lens.max().item()]``, or
+    ``n = lens.max().item()`` then ``x[:n]``/``range(n)``): the sync is the price of a data-dependent
+    shape, not a log that can wait N steps."""
+    key = ("gd502_parents", func)
+    if key not in ctx.cache:
+        root = func if func is not None else ctx.tree
+        ctx.cache[key] = {id(c): p for p in ast.walk(root) for c in ast.iter_child_nodes(p)}
+    parents = ctx.cache[key]
+    if _in_size(call, parents):
+        return True
+    assign = parents.get(id(call))
+    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+        return False
+    name = assign.targets[0].id
+    scope = assign
+    while id(scope) in parents and not isinstance(scope, (ast.For, ast.AsyncFor, ast.While)):
+        scope = parents[id(scope)]  # the loop body the value is read in
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and _in_size(n, parents)
+               for n in ast.walk(scope))
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.uses_gpu or ctx.is_test:
         return  # CPU-only script: no device to wait for; a test checks values, not throughput
@@ -75,6 +120,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             # tensor is known to live there (a CPU batch's .tolist() costs no sync)
             if call.func.attr != "item" and not _on_device(ctx, call.func.value, where.func,
                                                            graph_names(ctx, where.func)):
+                continue
+            if call.func.attr == "item" and _shape_value(ctx, call, where.func):
                 continue
             yield Hit(call, f"`.{call.func.attr}()` on every training step waits for the GPU: "
                             "do it every N steps (`if step % log_every == 0`)")

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
-from gpudoctor.lint.scope import FileContext, has_star_kwargs, is_const, kwarg
+from gpudoctor.lint.scope import FileContext, Where, call_name, has_star_kwargs, is_const, kwarg
 
 CODE = "GD601"
 NAME = "torch-load-weights-only"
@@ -28,7 +28,11 @@ RATIONALE = (
     "set from `tempfile.mkdtemp()`) was written by that run and is not reported, and test modules "
     "(`test_*.py`, `*_test.py`, `*_tests.py`, `*-tests.py`, `conftest.py`) that hold tests (`test_*` "
     "functions, pytest or unittest), which load what their own run saved, are skipped; a script "
-    "named like a test (`test_on_image.py`) is checked."
+    "named like a test (`test_on_image.py`) is checked. A load of the very path the same file "
+    "saved to with `torch.save` inside its training loop, after that loop (a script reloading its "
+    "best checkpoint at the end), reads the run's own output and is not reported; a resume from a "
+    "file an earlier process left there (loaded before the first save), a load of a caller's path "
+    "and a straight-line save-then-load demonstration (the load line people copy) are."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -65,13 +69,100 @@ def _own_temporary_file(ctx: FileContext, call: ast.Call, func: object) -> bool:
     return False
 
 
+def _functions(ctx: FileContext) -> dict[ast.AST, tuple[ast.AST | None, bool]]:
+    """Each function defined in the file -> (the function it is defined in or None, is a method)."""
+    if "gd601_functions" not in ctx.cache:
+        ctx.cache["gd601_functions"] = {
+            stmt: (where.func, where.cls is not None and where.func is None) for stmt, where in ctx.stmts
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return ctx.cache["gd601_functions"]
+
+
+def _lookup(ctx: FileContext, name: str, func: ast.AST | None) -> tuple[list[ast.AST], ast.AST | None]:
+    """The values assigned to ``name`` in ``func`` or, failing that, in the scopes around it."""
+    scope, functions = func, _functions(ctx)
+    for _ in range(8):
+        if name in ctx.assigns.get(scope, {}):
+            return ctx.assigns[scope][name], scope
+        if scope is None:
+            break
+        scope = functions.get(scope, (None, False))[0]
+    return [], None
+
+
+def _path_key(ctx: FileContext, expr: ast.AST | None, func: ast.AST | None, depth: int = 0) -> str | None:
+    """A comparable form of a path expression: a name is followed to its single assigned value (a
+    file handle to the path its ``with open(...)`` opened), a call of a function defined in this
+    file stands for that function's name; a bare parameter (the caller's path) or a name with no
+    single value gives None."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        if expr.id in ctx.params.get(func, set()):
+            return None  # the caller's path
+        for stmt, where in reversed(ctx.stmts):  # ``with open(p, "rb") as f: torch.load(f)``, innermost
+            if (isinstance(stmt, (ast.With, ast.AsyncWith)) and where.func is func
+                    and stmt.lineno <= expr.lineno <= (stmt.end_lineno or stmt.lineno)):
+                for item in stmt.items:
+                    var, opened = item.optional_vars, item.context_expr
+                    if (isinstance(var, ast.Name) and var.id == expr.id and isinstance(opened, ast.Call)
+                            and call_name(opened) == "open" and opened.args):
+                        return _path_key(ctx, opened.args[0], func, depth + 1)
+        values, scope = _lookup(ctx, expr.id, func)
+        if len(values) != 1 or is_const(values[0], None):
+            return None
+        return _path_key(ctx, values[0], scope, depth + 1)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and any(
+            getattr(f, "name", None) == expr.func.id and not method for f, (_, method) in _functions(ctx).items()):
+        return "call:" + expr.func.id  # ``get_checkpoint_path(stage)``: one folder, one naming scheme
+    return ast.dump(expr)
+
+
+def _run_line(ctx: FileContext, node: ast.AST, where: Where) -> tuple[ast.AST | None, int, bool]:
+    """Where a call runs, as (scope, line, in a loop): its own line, or, inside a (non-method)
+    function, the first line that calls that function in the scope that defines it, up a few
+    levels; "in a loop" if the call or one of those calling lines is inside a loop."""
+    scope, line, looped, functions = where.func, node.lineno, bool(where.loops), _functions(ctx)
+    for _ in range(3):
+        if scope is None or scope not in functions or functions[scope][1]:
+            break
+        parent = functions[scope][0]
+        sites = [(call.lineno, bool(at.loops)) for call, at in ctx.calls
+                 if at.func is parent and isinstance(call.func, ast.Name) and call.func.id == scope.name]
+        if not sites:
+            break
+        scope, (line, site_looped) = parent, min(sites)
+        looped = looped or site_looped
+    return scope, line, looped
+
+
+def _reloads_own_save(ctx: FileContext, call: ast.Call, where: Where) -> bool:
+    """The load reads the checkpoint a ``torch.save`` in this file wrote to the same path earlier
+    in the run, from inside a loop (the training loop's best/last checkpoint, reloaded after it).
+    A straight-line ``torch.save(m, p)`` then ``torch.load(p)`` is a round-trip demonstration
+    (tutorials), whose load line is the one people copy: still reported."""
+    key = _path_key(ctx, call.args[0] if call.args else kwarg(call, "f"), where.func)
+    if key is None:
+        return False
+    load_scope, load_line, _ = _run_line(ctx, call, where)
+    for save, at in ctx.calls:
+        if ctx.qualname(save.func) != "torch.save":
+            continue
+        target = save.args[1] if len(save.args) > 1 else kwarg(save, "f")
+        if _path_key(ctx, target, at.func) == key:
+            save_scope, save_line, looped = _run_line(ctx, save, at)
+            if looped and save_scope is load_scope and save_line < load_line:
+                return True
+    return False
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ctx.holds_tests:
         return  # a test loads the checkpoint its own run just saved (fixture folder, mock hub, helper)
     safe_default = ctx.torch_floor is not None and ctx.torch_floor >= SAFE_DEFAULT
     for call, where in ctx.calls:
         if ctx.qualname(call.func) == "torch.load" and not has_star_kwargs(call):
-            if _own_temporary_file(ctx, call, where.func):
+            if _own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where):
                 continue
             value = kwarg(call, "weights_only")
             if value is None and not safe_default:
