@@ -122,7 +122,7 @@ called under `no_grad`), 110 of 110 after its fixes: see `benchmarks/results/lin
 On an eighth held-out set of 12 repositories none of the 93 earlier ones overlap, 85 of 96 findings
 were true (precision 0.89; a U-Net skip-connection stack popped in the same call for GD202, loaders with
 nothing to pin for GD104, a `step(closure)` that zeroes the gradients for GD602, anomaly detection on
-the NaN path for GD505), 85 of 90 after its fixes (GD202, GD602): see `benchmarks/results/lint_precision_heldout8.md`.
+the NaN path for GD505), 85 of 87 after its fixes (GD202, GD602, GD104): see `benchmarks/results/lint_precision_heldout8.md`.
 `gpudoctor explain GD502` prints one rule's section.
 
 ## Rules
