@@ -32,7 +32,9 @@ RATIONALE = (
     "`__getitem__` already returns CUDA tensors is left to GD102, whose fix comes first (pinning "
     "CUDA tensors raises, and workers cannot initialise CUDA after a fork). A loader whose name is only "
     "ever read as `next(iter(loader))` (one batch for a sample grid) is left alone: there is no "
-    "stream of batches to overlap. Test modules "
+    "stream of batches to overlap. Nor is a loader over a Dataset class of the file whose `__getitem__` "
+    "calls nothing and indexes nothing it holds (the same prompt and the index for every item): "
+    "nothing to load, no tensor to pin. Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
     "check behaviour, not throughput."
 )
@@ -68,6 +70,25 @@ def _indexes_held_data(ctx: FileContext, name: str) -> bool:
         ctx.cache[key] = held and name in ctx.dataset_classes and all(
             call_name(n) in _CHEAP for n in nodes if isinstance(n, ast.Call))
     return ctx.cache[key]
+
+
+def _constant_items(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """A Dataset class of this file whose ``__getitem__`` calls nothing and indexes nothing it holds:
+    every item is the same held values plus the index (a prompt to sample class images for), so
+    there is nothing to load in workers and no per-item tensor to pin."""
+    data = _dataset_expr(ctx, call, func)
+    if not (isinstance(data, ast.Call) and isinstance(data.func, ast.Name) and data.func.id in ctx.dataset_classes):
+        return False
+    getitem = next((f for node in ast.walk(ctx.tree) if isinstance(node, ast.ClassDef) and node.name == data.func.id
+                    for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__getitem__"), None)
+    return getitem is not None and not any(
+        isinstance(n, ast.Call) or (isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)
+                                    and _mentions_self_attr(n.value)) for n in ast.walk(getitem))
+
+
+def _mentions_self_attr(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+               for n in ast.walk(node))
 
 
 def _in_memory(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
@@ -192,7 +213,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
     for call, where in ctx.calls:
         if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call) or _yields_cuda(ctx, call, where.func):
             continue
-        if _one_batch_only(ctx, call, where.func):
+        if _one_batch_only(ctx, call, where.func) or _constant_items(ctx, call, where.func):
             continue
         problems, _ = missing(call, ctx, where.func)
         if problems:

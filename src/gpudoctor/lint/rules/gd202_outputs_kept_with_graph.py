@@ -26,7 +26,8 @@ RATIONALE = (
     "local list of them (skip connections, intermediates, "
     "feature vectors: those activations belong to the same graph and die with the call), on a "
     "value last computed under `no_grad` in the same iteration, in a helper function every call of "
-    "which in the file runs under `no_grad` (a `@torch.no_grad()` caller or a `with` block), and on a list whose "
+    "which in the file runs under `no_grad` (a `@torch.no_grad()` caller or a `with` block), on a local list "
+    "the same function pops again with `.pop()` (a stack of skip connections consumed within the call), and on a list whose "
     "losses are `.backward()`-ed later (the graphs are kept on purpose). Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) run a few steps on toy data and are skipped."
 )
@@ -155,6 +156,14 @@ def _only_called_without_grad(ctx: FileContext, func) -> bool:
     return ctx.cache[key]
 
 
+def _popped_stack(ctx: FileContext, name: str, func) -> bool:
+    """The same function pops the list again with ``name.pop()`` (no index): a stack of skip
+    connections consumed within the call (a U-Net's down/up path), not a history kept across steps."""
+    return any(at.func is func and isinstance(call.func, ast.Attribute) and call.func.attr == "pop"
+               and not call.args and isinstance(call.func.value, ast.Name) and call.func.value.id == name
+               for call, at in ctx.calls)
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ctx.is_test:
         return  # a test keeps a few toy steps' outputs to compare them: no memory to save
@@ -171,7 +180,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             # the list must outlive the loop: every assignment to it is outside the innermost loop
             if not values or any(_inside(v, where.loop) for v in values):
                 continue
-            if _in_forward(ctx, where) or _backward_later(ctx, holder.id, where.func):
+            if (_in_forward(ctx, where) or _backward_later(ctx, holder.id, where.func)
+                    or _popped_stack(ctx, holder.id, where.func)):
                 continue
         elif not _self_list(ctx, holder, where):  # ``self.scores``: lives as long as the object
             continue

@@ -22,7 +22,8 @@ RATIONALE = (
     " setting `p.grad = None`) each step's gradient includes every previous one, the effective "
     "learning rate grows without bound and the loss diverges. A single `zero_grad()` before the "
     "loop clears them once, not every step. The rule fires when nothing inside the step loop "
-    "clears gradients and nothing clears them in another function, the loop calls no helper "
+    "clears gradients and nothing clears them in another function it calls or hands to a call "
+    "(`optimizer.step(closure)` whose closure calls `zero_grad()`), the loop calls no helper "
     "named like `*grad*`, the optimizer is not created inside the loop, and the file does not use"
     " distributed autograd (whose contexts keep gradients apart). A loop over optimizers "
     "(`for opt in optimizers: opt.step()`, or `scaler.step(opt)`) is not a step loop: the loop "
@@ -65,6 +66,13 @@ def _step_loop(call: ast.Call, where: object) -> ast.AST | None:
     return loops[-1] if loops else None
 
 
+def _passed_functions(ctx: FileContext, loop: ast.AST) -> set[str]:
+    """Names handed to a call inside the loop (``optimizer.step(closure)``, ``step(closure=fn)``):
+    the callee runs them, so a ``zero_grad()`` in them clears every step."""
+    return {a.id for c, w in ctx.calls if loop in w.loops
+            for a in (*c.args, *(k.value for k in c.keywords)) if isinstance(a, ast.Name)}
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ".backward(" not in ctx.source or "dist_autograd" in ctx.source:
         return  # distributed autograd keeps each context's gradients apart: nothing accumulates
@@ -79,6 +87,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             if any(loop in w.loops for _, w in clears):
                 continue  # cleared in the loop
             called = {call_name(c) for c, w in ctx.calls if loop in w.loops}
+            called |= _passed_functions(ctx, loop)  # ``optimizer.step(closure)``: the step calls it
             if any(w.func is not where.func and (getattr(w.func, "name", None) in called or w.func is None
                                                  or isinstance(w.func, ast.Lambda)) for _, w in clears):
                 continue  # cleared in a function this loop calls (or at module level): cannot decide
