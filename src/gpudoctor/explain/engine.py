@@ -6,6 +6,7 @@ from gpudoctor.explain.catalog import Catalog, load_catalog
 from gpudoctor.explain.facts import LOG_NOTES
 from gpudoctor.explain.logparse import (
     EXTRACT_TRIGGERS,
+    blank_source_listings,
     candidate_lines,
     extract_errors,
     parse_launcher,
@@ -69,7 +70,7 @@ def explain_text(text: str, *, catalog: Catalog | None = None) -> ExplainReport:
         ranks seen, and torchrun's root-cause summary when present.
     """
     catalog = catalog or load_catalog()
-    lines = split_lines(text)
+    lines = blank_source_listings(text, split_lines(text))
     candidates = candidate_lines(lines, catalog.triggers + EXTRACT_TRIGGERS)
     parsed = {i: strip_rank(lines[i]) for i in sorted(candidates)}
     found = match_lines(catalog, candidates, parsed)

@@ -49,6 +49,31 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
+# A notebook's traceback (IPython/Jupyter) lists the source around each frame: "    160     msg = ...",
+# "--> 162     torch._C._cuda_init()", "----> 1 torch.cuda.current_device()"; rich's boxed traceback
+# (transformers, accelerate, typer) likewise: "│   2587 │   │   with ...", "│ ❱ 2588 │   │   loss = ...".
+# Such a line is the program's code, not what it printed: a message quoted in it (torch's own
+# "Cannot re-initialize CUDA in forked subprocess" literal next to _lazy_init) is no evidence.
+_NOTEBOOK_MARKERS = ("<ipython-input-", "Cell In[", "/ipykernel_", "\\ipykernel_")
+_NOTEBOOK_LISTING = re.compile(r"^\s*(?:-+>\s*)?\d+ (?! *[:%|/])")
+_RICH_LISTING = re.compile(r"^│\s+(?:❱\s+)?\d+\s+│")
+
+
+def blank_source_listings(text: str, lines: list[str]) -> list[str]:
+    """``lines`` with the source listings of notebook and rich tracebacks blanked (indexes kept)."""
+    notebook = any(m in text for m in _NOTEBOOK_MARKERS)
+    rich = "│" in text
+    if not notebook and not rich:
+        return lines
+    out = list(lines)
+    for i, line in enumerate(lines):
+        if notebook and _NOTEBOOK_LISTING.match(line):
+            out[i] = ""
+        elif rich and line[:1] == "│" and _RICH_LISTING.match(line):
+            out[i] = ""
+    return out
+
+
 def strip_rank(line: str) -> tuple[int | None, str]:
     """``(rank, rest)``: the rank from a launcher prefix, else from ``[Rank N]`` in the message."""
     first = line[:1]
