@@ -114,7 +114,8 @@ failures produced for real on an H200: 12 of 12.
   numeric check also passed); only weaker keywords (e.g. a description like "nan loss") give *low*.
   Then errors before warnings, the rank torchrun blamed first, and the earliest line first.
 * **Speed**: lines are de-duplicated with their digits blanked and scanned once for the catalog's
-  trigger literals; a 10 MB log takes well under 2 s (a test checks it).
+  trigger literals; a 10 MB log takes well under 2 s (`benchmarks/explain_speed.py`, its result in
+  `benchmarks/results/explain_speed.json`).
 
 ## The catalog
 
