@@ -3,6 +3,8 @@ sets' judgement."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,38 @@ def check_heldout_case(folder: Path, name: str, case: dict) -> None:
         assert first in case["expected"], ids
     else:
         assert first is None, ids
+
+
+# the held-out sets in the order they were built: each is checked fresh against those before it
+HELDOUT_SETS = ("explain_heldout", "explain_heldout2", "explain_heldout3", "explain_heldout4", "explain_heldout5",
+                "explain_heldout6")
+_ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
+
+
+def heldout_cases(set_name: str) -> dict:
+    return tomllib.loads((EXPLAIN_FIXTURES.parent / set_name / "cases.toml").read_text(encoding="utf-8"))
+
+
+def issue_key(source: str) -> str:
+    """``owner/repo#N`` of a GitHub issue or pull address (lower case), else the text as it is."""
+    found = _ISSUE.match(source)
+    return f"{found[1]}#{found[2]}".lower() if found else source.lower()
+
+
+def check_fresh_set(set_name: str, size: int) -> None:
+    """``size`` real GitHub issues, each once, each with its log, title and why, none the source of a
+    case of an earlier set or of a catalog sample (by address and by ``owner/repo#N``)."""
+    from gpudoctor.explain.catalog import load_catalog
+
+    cases = heldout_cases(set_name)
+    assert len(cases) == size
+    earlier = {issue_key(c["source"]) for s in HELDOUT_SETS[:HELDOUT_SETS.index(set_name)]
+               for c in heldout_cases(s).values()}
+    samples = {issue_key(s.source) for e in load_catalog().entries for s in e.samples}
+    seen: set[str] = set()
+    for name, case in cases.items():
+        assert (EXPLAIN_FIXTURES.parent / set_name / "logs" / f"{name}.log").is_file(), name
+        assert case["title"] and case["why"] and _ISSUE.match(case["source"]), name
+        key = issue_key(case["source"])
+        assert key not in seen and key not in earlier and key not in samples, name
+        seen.add(key)

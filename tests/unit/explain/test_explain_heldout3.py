@@ -8,36 +8,17 @@ issue's wording.
 
 from __future__ import annotations
 
-import re
-import tomllib
-
 import pytest
 
-from gpudoctor.explain.catalog import load_catalog
 
-from .conftest import EXPLAIN_FIXTURES, check_heldout_case, top_cause
+from .conftest import EXPLAIN_FIXTURES, check_fresh_set, check_heldout_case, heldout_cases, top_cause
 
 HELDOUT3 = EXPLAIN_FIXTURES.parent / "explain_heldout3"
-CASES = tomllib.loads((HELDOUT3 / "cases.toml").read_text(encoding="utf-8"))
-EARLIER = [
-    tomllib.loads((EXPLAIN_FIXTURES.parent / name / "cases.toml").read_text(encoding="utf-8"))
-    for name in ("explain_heldout", "explain_heldout2")
-]
-_ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
+CASES = heldout_cases("explain_heldout3")
 
 
 def test_the_set_is_30_real_issues_none_from_earlier_rounds_or_a_catalog_sample() -> None:
-    assert len(CASES) == 30
-    earlier = {c["source"] for cases in EARLIER for c in cases.values()}
-    samples = {s.source for e in load_catalog().entries for s in e.samples}
-    for name, case in CASES.items():
-        assert (HELDOUT3 / "logs" / f"{name}.log").is_file(), name
-        assert case["title"] and case["why"], name
-        found = _ISSUE.match(case["source"])
-        assert found, name
-        short = f"{found[1]}#{found[2]}"
-        assert case["source"] not in earlier and short not in earlier, name
-        assert case["source"] not in samples and short not in samples, name
+    check_fresh_set("explain_heldout3", 30)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -8,44 +8,17 @@ fitted to one issue's wording.
 
 from __future__ import annotations
 
-import re
-import tomllib
-
 import pytest
 
-from gpudoctor.explain.catalog import load_catalog
 
-from .conftest import EXPLAIN_FIXTURES, check_heldout_case, top_cause
+from .conftest import EXPLAIN_FIXTURES, check_fresh_set, check_heldout_case, heldout_cases, top_cause
 
 HELDOUT4 = EXPLAIN_FIXTURES.parent / "explain_heldout4"
-CASES = tomllib.loads((HELDOUT4 / "cases.toml").read_text(encoding="utf-8"))
-EARLIER = [
-    tomllib.loads((EXPLAIN_FIXTURES.parent / name / "cases.toml").read_text(encoding="utf-8"))
-    for name in ("explain_heldout", "explain_heldout2", "explain_heldout3")
-]
-_ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
-
-
-def _short(source: str) -> str:
-    found = _ISSUE.match(source)
-    return f"{found[1]}#{found[2]}" if found else source
+CASES = heldout_cases("explain_heldout4")
 
 
 def test_the_set_is_30_real_issues_none_from_earlier_rounds_or_a_catalog_sample() -> None:
-    assert len(CASES) == 30
-    earlier = {c["source"] for cases in EARLIER for c in cases.values()}
-    earlier |= {_short(s) for s in earlier}
-    samples = {s.source for e in load_catalog().entries for s in e.samples}
-    seen: set[str] = set()
-    for name, case in CASES.items():
-        assert (HELDOUT4 / "logs" / f"{name}.log").is_file(), name
-        assert case["title"] and case["why"], name
-        assert _ISSUE.match(case["source"]), name
-        short = _short(case["source"])
-        assert short not in seen, name
-        seen.add(short)
-        assert case["source"] not in earlier and short not in earlier, name
-        assert case["source"] not in samples and short not in samples, name
+    check_fresh_set("explain_heldout4", 30)
 
 
 # explain's answer differs from the label written before the run, and the difference is recorded

@@ -7,44 +7,18 @@ other ops and directions, other backends' errors), so they are not fitted to one
 
 from __future__ import annotations
 
-import re
-import tomllib
-
 import pytest
 
-from gpudoctor.explain.catalog import load_catalog
 from gpudoctor.explain.facts import parse_oom
 
-from .conftest import EXPLAIN_FIXTURES, check_heldout_case, top_cause
+from .conftest import EXPLAIN_FIXTURES, check_fresh_set, check_heldout_case, heldout_cases, top_cause
 
 HELDOUT5 = EXPLAIN_FIXTURES.parent / "explain_heldout5"
-CASES = tomllib.loads((HELDOUT5 / "cases.toml").read_text(encoding="utf-8"))
-EARLIER = [
-    tomllib.loads((EXPLAIN_FIXTURES.parent / name / "cases.toml").read_text(encoding="utf-8"))
-    for name in ("explain_heldout", "explain_heldout2", "explain_heldout3", "explain_heldout4")
-]
-_ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
-
-
-def _short(source: str) -> str:
-    found = _ISSUE.match(source)
-    return f"{found[1]}#{found[2]}".lower() if found else source.lower()
+CASES = heldout_cases("explain_heldout5")
 
 
 def test_the_set_is_30_real_issues_none_from_earlier_rounds_or_a_catalog_sample() -> None:
-    assert len(CASES) == 30
-    earlier = {_short(c["source"]) for cases in EARLIER for c in cases.values()}
-    samples = {_short(s.source) for e in load_catalog().entries for s in e.samples}
-    seen: set[str] = set()
-    for name, case in CASES.items():
-        assert (HELDOUT5 / "logs" / f"{name}.log").is_file(), name
-        assert case["title"] and case["why"], name
-        assert _ISSUE.match(case["source"]), name
-        short = _short(case["source"])
-        assert short not in seen, name
-        seen.add(short)
-        assert short not in earlier, name
-        assert short not in samples, name
+    check_fresh_set("explain_heldout5", 30)
 
 
 # explain's answer differs from the label written before the run, and the difference is recorded
