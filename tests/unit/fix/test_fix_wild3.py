@@ -14,8 +14,6 @@ wild3-cpu-before.md), each on a small script written here:
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -258,13 +256,8 @@ def test_a_loader_sharing_the_raised_option_keeps_its_workers_alive() -> None:
 
 def test_the_patched_script_runs_with_the_flag_set_to_zero_and_to_one(tmp_path: Path) -> None:
     _, _, fixed = planned(SHARED_SCRIPT, "GD-RUN-DATALOADER", config=GPU)
-    script = tmp_path / "patched.py"
-    script.write_text(fixed, encoding="utf-8")
     for threads in ("0", "1"):  # persistent_workers=True with 0 workers would raise: the guard holds
-        out = subprocess.run([sys.executable, str(script), "--threads", threads], capture_output=True, text=True,
-                             timeout=120, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.strip().endswith("done")
+        runs(fixed, tmp_path, "--threads", threads)
 
 
 def test_no_other_loader_is_touched_when_the_option_is_not_raised() -> None:
