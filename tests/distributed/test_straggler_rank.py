@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.analysis.diagnose import diagnose
+from gpudoctor.analysis.facts import run_facts
+from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.rundir import load_run
 from gpudoctor.workloads import WORKLOADS
 
@@ -48,5 +50,8 @@ def test_rank_zero_can_be_the_straggler(tmp_path: Path) -> None:
     # recorded leave the 20 steady steps per rank it needs after warm-up with room for the steps a
     # loaded 2-core box makes one-off (with 30 the rule once went silent in CI)
     straggler = [f for f in diagnose(run) if f.code == "GD-RUN-STRAGGLER"]
-    assert len(straggler) == 1 and straggler[0].title.startswith("Straggler: rank 0 is slower"), straggler
+    facts = run_facts(run, Thresholds())
+    seen = [(rf.rank, rf.stats.n_used, round(rf.stats.step_ms, 2), round(rf.comm_wait_ms, 2), rf.window_step_ms)
+            for rf in facts.ranks]  # (rank, steady steps, median step, wait per window step, window step)
+    assert len(straggler) == 1 and straggler[0].title.startswith("Straggler: rank 0 is slower"), seen
     assert straggler[0].evidence[0].startswith("gloo wait per step: rank 0: ")

@@ -12,7 +12,7 @@ from gpudoctor.analysis.breakdown import (
     host_active_ms,
     window_steps,
 )
-from gpudoctor.analysis.steps import RankStepStats, rank_step_stats
+from gpudoctor.analysis.steps import RankStepStats, median, rank_step_stats
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.analysis.utilization import GpuUtilSummary, BytesTrend, host_memory_trend, summarize_gpus
 from gpudoctor.records.run import LoaderConfig, RankConfig, WindowSummary
@@ -43,6 +43,9 @@ class RankFacts:
     window: WindowSummary | None
     breakdown: Breakdown
     nvml_util_frac: float | None = None
+    # median time of the steps inside the profiler window (the step statistics leave them out:
+    # the profiler slows them); ``None`` without a window or without steps recorded in it
+    window_step_ms: float | None = None
 
     @property
     def window_steps(self) -> int:
@@ -180,6 +183,15 @@ def rank_stats(run: RunData, rank: int, thresholds: Thresholds) -> RankStepStats
                            history_steps(run, rank))
 
 
+def window_step_ms(run: RunData, rank: int) -> float | None:
+    """The median time of ``rank``'s steps inside its profiler window."""
+    window = run.windows.get(rank)
+    if window is None:
+        return None
+    inside = [s.step_ms for s in run.steps.get(rank, []) if window.first_step <= s.step <= window.last_step]
+    return median(inside) if inside else None
+
+
 def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
     """Compute the facts of ``run`` (pure; reads only the loaded records)."""
     gpus = summarize_gpus(run.gpu)
@@ -192,7 +204,8 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
         config = run.configs.get(rank)
         ranks.append(RankFacts(rank=rank, stats=stats, config=config, window=window,
                                breakdown=compute_breakdown(stats, window),
-                               nvml_util_frac=_nvml_util(gpus, config)))
+                               nvml_util_frac=_nvml_util(gpus, config),
+                               window_step_ms=window_step_ms(run, rank)))
     world = run.manifest.world_size or max(
         [c.world_size for c in run.configs.values()] + [len(run.ranks), 1])
     oom = run.oom is not None or any(r.stats.ooms for r in ranks)
@@ -205,4 +218,4 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
 
 
 __all__ = ["Breakdown", "RankFacts", "RunFacts", "history_steps", "main_loader", "profiled_steps", "rank_stats",
-           "run_facts"]
+           "run_facts", "window_step_ms"]

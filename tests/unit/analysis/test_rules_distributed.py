@@ -200,6 +200,22 @@ def test_straggler_on_gloo_from_collective_wait(build):
     assert f.expected_gain == pytest.approx((21.0 - 3.7) / 30.0, abs=1e-4)  # gains are kept to 4 places
 
 
+def test_straggler_whose_wait_the_profiler_stretched_past_an_unprofiled_step(build):
+    # 2 gloo ranks on 2 busy CPU cores, the slow one sleeping 20 ms a step: 26 ms steps, but the
+    # profiler slows the window's steps to 31 ms and the wait grows with them (27 ms a window
+    # step against 1 ms on the sleeper); a one-off would sit in one window step, not in every one
+    def stretched(i):
+        return 31.0 if 10 <= i <= 14 else 26.0
+    run = gloo_ranks(build, 60, 28.0, 1.0, step_ms=26.0)
+    slowed = build.run(steps_by_rank={r: build.steps(rank=r, n=60, step_ms=stretched, gpu_ms=None, mem=None)
+                                      for r in (0, 1)},
+                       configs=run.configs, windows=run.windows, gpu=[], world_size=2)
+    f = by_code(diagnose(slowed))["GD-RUN-STRAGGLER"]
+    assert f.title.startswith("Straggler: rank 1 is slower")
+    # with the window's steps as fast as the others, 27 ms a step is more than a step: a one-off
+    assert "GD-RUN-STRAGGLER" not in by_code(diagnose(run))
+
+
 def test_straggler_on_gloo_keeps_the_floor_and_the_steady_steps(build):
     # 1.5 ms a step more in gloo: 37.5% of a 4 ms step, but under the 2 ms floor
     small = gloo_ranks(build, 60, 2.0, 0.5, step_ms=4.0)
