@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 
 from run_factory import PLANTED, make_findings, make_run
 
@@ -52,15 +51,16 @@ def test_user_strings_are_escaped(tmp_path) -> None:
     assert "window.__pwned" in embed and "</script" not in embed.lower()
 
 
-def test_ten_minute_run_at_10hz_is_fast_and_small(tmp_path) -> None:
-    """Bar of issue 8: <= 2 s for a 10-minute run sampled at 10 Hz, HTML <= 5 MB."""
+def test_ten_minute_run_at_10hz_is_small(tmp_path) -> None:
+    """Bar of issue 8: HTML <= 5 MB for a 10-minute run sampled at 10 Hz. Its other bar, <= 2 s,
+    is timed by ``benchmarks/report_speed.py`` (median of 3, result in benchmarks/results/), not
+    here: on a loaded 2-core CI box a timed test measures the box."""
     run = load_run(make_run(tmp_path / "run", seconds=600, hz=10, steps=1500))
-    start = time.perf_counter()
     path = write_report(run, make_findings())
-    elapsed = time.perf_counter() - start
     size = path.stat().st_size
     assert size <= 5 * 1024 * 1024, f"report is {size / 1e6:.1f} MB"
-    assert elapsed <= 2.0 * 2, f"report took {elapsed:.2f}s"  # 2x slack for a loaded 2-core CI
+    html = path.read_text()
+    assert "Data-loader bound" in html  # the whole report, not a truncated one
 
 
 def test_missing_parts_are_said_not_crashed(tmp_path) -> None:
