@@ -34,7 +34,11 @@ RATIONALE = (
     "ever read as `next(iter(loader))` (one batch for a sample grid) is left alone: there is no "
     "stream of batches to overlap. Nor is a loader over a Dataset class of the file whose `__getitem__` "
     "calls nothing and indexes nothing it holds (the same prompt and the index for every item): "
-    "nothing to load, no tensor to pin. Test modules "
+    "nothing to load, no tensor to pin. A plain list the function builds (`cached = []` then "
+    "`cached.append(...)`, or a list literal) is data in memory too: its worker count is left alone "
+    "unless the loader's `collate_fn` (a function of the file) reads or decodes (`open`, `load`, "
+    "`imread`, a tokenizer, a transform), and its pinning unless every appended item is visibly on "
+    "the CPU (`x.cpu()`) or the collate reads files: latents a VAE left on the GPU cannot be pinned. Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
     "check behaviour, not throughput."
 )
@@ -91,6 +95,42 @@ def _mentions_self_attr(node: ast.AST) -> bool:
                for n in ast.walk(node))
 
 
+_LOADING = ("open", "load", "read", "decode", "imread", "token", "transform", "augment", "resize")
+
+
+def _list_items(ctx: FileContext, call: ast.Call, func: object) -> list[ast.AST] | None:
+    """The items of a plain list the loader iterates, when the list is built here: a literal, or a
+    name assigned once to one (``cached = []``) plus what ``cached.append(x)`` adds in the same
+    function. ``None`` when the dataset is anything else."""
+    data = call.args[0] if call.args else kwarg(call, "dataset")
+    if isinstance(data, ast.List):
+        return list(data.elts)
+    if not (isinstance(data, ast.Name) and data.id not in ctx.params.get(func, ())):
+        return None
+    values = ctx.assigned(data.id, func)
+    if len(values) != 1 or not isinstance(values[0], ast.List):
+        return None
+    scope = func if func is not None else ctx.tree
+    appended = [n.args[0] for n in ast.walk(scope) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "append" and isinstance(n.func.value, ast.Name) and n.func.value.id == data.id
+                and len(n.args) == 1]
+    return list(values[0].elts) + appended
+
+
+def _collate_loads(ctx: FileContext, call: ast.Call) -> bool:
+    """The loader's ``collate_fn`` reads or decodes (or is not a function of this file: unknown)."""
+    collate = kwarg(call, "collate_fn")
+    if collate is None:
+        return False
+    if not isinstance(collate, ast.Name):
+        return True
+    body = next((n for n in ast.walk(ctx.tree) if isinstance(n, ast.FunctionDef) and n.name == collate.id), None)
+    if body is None:
+        return True
+    return any(isinstance(n, ast.Call) and any(w in (call_name(n) or "").lower() for w in _LOADING)
+               for n in ast.walk(body))
+
+
 def _in_memory(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
     """The dataset is tensors already in memory (``TensorDataset``, or a class of this file whose
     ``__getitem__`` only indexes what it holds) or a parameter of a helper
@@ -100,6 +140,8 @@ def _in_memory(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
         return False
     if isinstance(data, ast.Name) and data.id in ctx.params.get(func, ()):
         return True
+    if _list_items(ctx, call, func) is not None:
+        return not _collate_loads(ctx, call)
     data = _dataset_expr(ctx, call, func)
     if not isinstance(data, ast.Call):
         return False
@@ -125,6 +167,10 @@ def _visibly_cpu(ctx: FileContext, node: ast.AST, func: object) -> bool:
 def _pin_unsafe(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
     """A ``TensorDataset`` of tensors not visibly on the CPU (features a model computed, say):
     they may already be on the GPU, where ``pin_memory=True`` raises and gains nothing."""
+    items = _list_items(ctx, call, func) if ctx is not None else None
+    if items is not None:
+        # a collate that reads files makes fresh CPU tensors: pinning them helps whatever the items are
+        return not _collate_loads(ctx, call) and not all(_visibly_cpu(ctx, item, func) for item in items)
     data = _dataset_expr(ctx, call, func) if ctx is not None else None
     if not (isinstance(data, ast.Call) and (ctx.qualname(data.func) or "").rsplit(".", 1)[-1] in IN_MEMORY):
         return False

@@ -24,7 +24,8 @@ RATIONALE = (
     "`loss_scaler(loss, optimizer, ...)`) and never under an `if`, where logging usually is, in files that name a "
     "device (CUDA, NCCL, `torch.accelerator`, a `device`). A read that follows an unconditional "
     "`torch.cuda.synchronize()` in the same pass adds no wait (the device is already idle) and is "
-    "not reported, nor is an `.item()` whose value is a length or index the next lines need on the "
+    "not reported (also when the sync is called through a file-level alias, `sync = "
+    "torch.cuda.synchronize if cuda else (lambda: None)`, or a function of the file that syncs), nor is an `.item()` whose value is a length or index the next lines need on the "
     "host (`x[:, :lens.max().item()]`, `n = mask.sum().item()` then `x[:n]` or `range(n)`): a "
     "data-dependent shape costs that sync wherever it is read. Test modules (`test_*.py`, `*_test.py`, `conftest.py`) check values on toy "
     "data, not throughput, and are skipped."
@@ -57,10 +58,28 @@ SYNCS = frozenset({"torch.cuda.synchronize", "torch.accelerator.synchronize", "t
 def _synced_lines(ctx: FileContext) -> dict[object, int]:
     """Step loop -> line of the first unconditional ``torch.cuda.synchronize()`` in its body."""
     first: dict[object, int] = {}
+    aliases = _sync_aliases(ctx)
     for call, where in ctx.calls:
-        if where.loop in ctx.step_loops and not where.guarded and ctx.qualname(call.func) in SYNCS:
+        if where.loop in ctx.step_loops and not where.guarded and (
+                ctx.qualname(call.func) in SYNCS or isinstance(call.func, ast.Name) and call.func.id in aliases):
             first[where.loop] = min(first.get(where.loop, call.lineno), call.lineno)
     return first
+
+
+def _sync_aliases(ctx: FileContext) -> set[str]:
+    """Names of the file that stand for a device sync: ``sync = torch.cuda.synchronize if cuda
+    else (lambda: None)`` at module level, or a module-level function whose body calls one
+    unconditionally (``def synchronize(): torch.cuda.synchronize()``)."""
+    names: set[str] = set()
+    for node in ctx.tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if any(isinstance(n, ast.Attribute) and ctx.qualname(n) in SYNCS for n in ast.walk(node.value)):
+                names.add(node.targets[0].id)
+        elif isinstance(node, ast.FunctionDef) and any(
+                isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and ctx.qualname(stmt.value.func) in SYNCS for stmt in node.body):
+            names.add(node.name)
+    return names
 
 
 _SIZE_CALLS = frozenset({"range", "arange", "zeros", "ones", "empty", "full", "randn", "rand", "randint",
