@@ -101,7 +101,8 @@ JUDGED = {
                 "batches from pinned memmaps; the loop found through gradient accumulation and "
                 "scaler.step(optimizer) (was: 'does not step an optimizer'); CLI: lint's torch.cuda.amp rewrite"),
     "mnist_hogwild": ("yes", "the loop in train.py's train(), loader via **dataloader_kwargs merged; loader + "
-                      "persistent together nest two merges (persistent's value reads the script's own count); "
+                      "persistent together nest two merges (persistent True: the merged loader's 8 workers, round five; was the "
+                      "script's own count); "
                       "trains in an mp.Process child: run records no steps (its log shows the patched copy "
                       "training), so fix stops at 'the run did not train'"),
     "fast_neural_style": ("yes", "bf16 over transformer(x) .. total_loss, the style-loss for loop inside (was "

@@ -34,18 +34,18 @@ WILD5: tuple[tuple[str, str, str, str], ...] = (
 WHOLE5 = frozenset({"facebookresearch/DomainBed", "TimDettmers/sparse_learning", "lucidrains/lightweight-gan",
                     "real-stanford/diffusion_policy"})
 
-# each plan's diff read by hand ("was": before this round's rule changes; wild5-cpu-before.md)
+# each plan's diff read by hand after this round's rule changes ("was": before them; wild5-cpu-before.md)
 JUDGED5: dict[str, tuple[str, str]] = {
     "timm_train": ("yes", "no patch is right: its own --amp (autocast + NativeScaler), --channels-last, --torchcompile, "
                    "--pin-mem, -j, cudnn.benchmark set; create_loader in timm/data/loader.py; the reason is weak "
                    "(backward in _backward, a def in the loop called from two branches: 'loop not found')"),
-    "ddim": ("partly", "loader in Diffusion.train (runners/diffusion.py) right, num_workers from the YAML config "
-             "replaced by 8 and said; but persistent_workers=config.data.num_workers > 0 reads the replaced "
-             "setting, not the 8 workers now on the call (a config with 0 would keep restarting them); cudnn.benchmark "
-             "set in main.py already; EMA helper and DataParallel: compile advice right"),
-    "domainbed": ("NO", "bf16 lands in Fish.update (algorithms.py line 432), one of ~30 algorithms picked at run time "
-                  "by get_algorithm_class(args.algorithm) (default ERM): the script never names Fish, and its loop "
-                  "(for step in range) calls algorithm.update"),
+    "ddim": ("yes", "loader in Diffusion.train (runners/diffusion.py) right, num_workers from the YAML config "
+             "replaced by 8 and said; persistent_workers=True on those 8 (was 'partly': "
+             "config.data.num_workers > 0, the replaced setting); cudnn.benchmark set in main.py already; EMA "
+             "helper and DataParallel: compile advice right"),
+    "domainbed": ("yes", "no patch: the loop found in algorithms.py is in Fish, which the script never names (was "
+                  "'NO': bf16 in Fish.update, one of ~30 algorithms get_algorithm_class(args.algorithm) picks at "
+                  "run time, default ERM); the advice says so"),
     "mixup_cifar10": ("yes", "loader: num_workers=8 kept, pin/persistent/prefetch added on trainloader (testloader "
                       "untouched); channels_last after the resume/build if-else; bf16 over net(inputs)+"
                       "mixup_criterion; cudnn_benchmark only because this plan forces it (the script sets "
