@@ -20,13 +20,14 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 
 from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import loader_plan
 from gpudoctor.fix.host import host_slices
 from gpudoctor.fix.locate import Located
-from gpudoctor.fix.ops import INSERT_AFTER, SET_KWARGS, Op, OptionEdit
+from gpudoctor.fix.ops import INSERT_AFTER, SET_KWARGS, Change, Op, OptionEdit
 from gpudoctor.fix.options import divided, long_flags, readers, traced_option
 from gpudoctor.lint.flow import parents
 from gpudoctor.lint.rules.gd104_dataloader_defaults import LOADERS
@@ -230,6 +231,23 @@ def _guarded(pairs: list[tuple[str, str]], workers: str, node: ast.AST) -> list[
     return out
 
 
+def pair_persistent(changes: list[Change]) -> list[Change]:
+    """The stall's ``persistent_workers`` guarded by the script's ``num_workers`` expression
+    (``cfg.workers > 0``) is ``True`` where the loader change replaces that expression on the same
+    call with its planned count (ddim's ``config.data.num_workers`` set to 8): the guard would read
+    a setting that no longer applies to the loader."""
+    counts = {o.at: dict(o.kwargs)["num_workers"] for c in changes if c.kind == "loader" for o in c.ops
+              if o.kind == SET_KWARGS and dict(o.kwargs).get("num_workers", "").isdigit()}
+    for i, change in enumerate(changes):
+        if change.kind != "persistent":
+            continue
+        ops = tuple(dataclasses.replace(o, kwargs=tuple((n, "True" if n == "persistent_workers" and
+                                                         int(counts[o.at]) > 0 else v) for n, v in o.kwargs))
+                    if o.kind == SET_KWARGS and o.at in counts else o for o in change.ops)
+        changes[i] = dataclasses.replace(change, ops=ops)
+    return changes
+
+
 def host_pin_ops(found: Located) -> tuple[list[Op], str]:
     """No DataLoader: batches sliced from host tensors get those tensors pinned once, and the copies
     made non-blocking (:mod:`gpudoctor.fix.host`)."""
@@ -259,4 +277,4 @@ def _why(kwargs: dict[str, str]) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["host_pin_ops", "loader_ops", "planned"]
+__all__ = ["host_pin_ops", "loader_ops", "pair_persistent", "planned"]

@@ -42,7 +42,7 @@ from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
 from gpudoctor.analysis.prescription import ms
 from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
 from gpudoctor.fix.hazards import own_ops_reason
-from gpudoctor.fix.loader import loader_ops
+from gpudoctor.fix.loader import loader_ops, pair_persistent
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
 from gpudoctor.fix.models import model_ops
@@ -130,7 +130,7 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
             plan.advice += _epoch_work_advice(finding)
         if finding.code == CODE_LAUNCH:
             plan.advice.append(_batch_advice(finding))
-    return _pair_non_blocking(found, plan)
+    return _pair_non_blocking(found, Plan(pair_persistent(plan.changes), plan.advice))
 
 
 def _epoch_work_advice(finding: Finding) -> list[Advice]:

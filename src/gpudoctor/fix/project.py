@@ -5,7 +5,12 @@ When the script itself has no training loop, the modules it imports are looked u
 folder and the folders above it, up to the project's root (the first folder holding ``.git``,
 ``pyproject.toml``, ``setup.py`` or ``setup.cfg``; at most four levels up) — never in
 site-packages. The one such module with a located training loop is the file to patch; two or more
-are ambiguous and give no patch.
+are ambiguous and give no patch. A module's loop counts only where the script can reach it: the
+top-level function or class that holds it is named in the script (``train_one_epoch(...)``,
+``Trainer(...)``, ``training_loop.training_loop(...)``) or by a function or class of that module the
+script names (mnist_hogwild's ``train`` calling ``train_epoch``); a loop in a class the script never names
+(DomainBed's ``Fish.update``, one of ~30 algorithms ``get_algorithm_class(args.algorithm)`` picks at
+run time) is not its training loop, and the note says so.
 """
 
 from __future__ import annotations
@@ -121,6 +126,11 @@ def _locate(script: Path, source: str) -> Located:
         except (SyntaxError, ValueError, UnicodeDecodeError):
             continue
         if other.loop is not None:
+            holder = _holder(other)
+            if holder and holder not in _reached(other.ctx.tree, _names(found.ctx.tree)):
+                found.notes.append(f"the loop in {path.name} is in {holder}, which the script never names: "
+                                   "which code it runs there is picked at run time")
+                continue
             other.file, other.import_root = str(path), str(root)
             hits.append(other)
     if len(hits) == 1:
@@ -128,6 +138,43 @@ def _locate(script: Path, source: str) -> Located:
     if len(hits) > 1:
         found.notes.append("training loops in " + ", ".join(h.file for h in hits) + ": which one runs is not known")
     return found
+
+
+def _holder(found: Located) -> str:
+    """The top-level function or class of its module that holds the located loop ("" at top level)."""
+    line = found.loop.lineno
+    for node in found.ctx.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return node.name
+    return ""
+
+
+def _reached(module: ast.Module, named: set[str]) -> set[str]:
+    """The module's top-level functions and classes the script reaches: those it names, and those
+    they name in turn (mnist_hogwild's ``train`` calls ``train_epoch``, which holds the loop)."""
+    tops = {n.name: n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    reached, todo = set(), [n for n in tops if n in named]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += [n for n in _names(tops[name]) if n in tops and n not in reached]
+    return reached
+
+
+def _names(tree: ast.AST) -> set[str]:
+    """Every name the script uses: bare names, attributes (``engine.train_one_epoch``), imported names."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update(a.asname or a.name.split(".")[-1] for a in node.names)
+            out.update(a.name for a in node.names)
+    return out
 
 
 __all__ = ["imports_conv", "local_modules", "locate_project", "project_files", "project_folders"]
