@@ -103,3 +103,37 @@ def test_an_ipython_out_of_memory_header_is_a_cuda_oom(text: str) -> None:
 def test_a_host_memory_error_header_is_not_a_gpu_oom() -> None:
     first, ids = top_cause("MemoryError                               Traceback (most recent call last)\n")
     assert "oom-caching-allocator" not in ids, ids
+
+
+# --- the new entry: a GPU hardware fault ------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    # torch 1.x numbered wording (NVIDIA/semantic-segmentation#33), from the pinned-memory allocator
+    "RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at "
+    "/pytorch/aten/src/THC/THCCachingHostAllocator.cpp:265\n",
+    # TensorFlow's driver-API name (nagadit/DeepFaceLab_Linux#89)
+    "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered\n",
+    # torch 2.8's AcceleratorError with the runtime's error name (ostris/ai-toolkit#470)
+    "torch.AcceleratorError: CUDA error: uncorrectable ECC error encountered\n"
+    "Search for `cudaErrorECCUncorrectable' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+    "for more information.\n",
+])
+def test_an_uncorrectable_ecc_error_is_a_hardware_fault(text: str) -> None:
+    first, ids = top_cause(text)
+    assert first == "gpu-hardware-fault", ids
+
+
+def test_the_hardware_fault_is_the_root_when_the_nccl_watchdog_reports_it() -> None:
+    # kohya-ss/sd-scripts#1434: the failing rank's error, then the watchdog rethrowing it
+    text = ("RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+            "[E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated with exception: CUDA error: "
+            "uncorrectable ECC error encountered\n")
+    first, ids = top_cause(text)
+    assert first == "gpu-hardware-fault", ids
+
+
+def test_a_correctable_ecc_count_is_not_a_fault() -> None:
+    # nvidia-smi -q output with corrected (single-bit) errors only: nothing failed
+    first, ids = top_cause("        ECC Errors\n            Volatile\n                SRAM Correctable    : 3\n"
+                           "                SRAM Uncorrectable  : 0\n")
+    assert "gpu-hardware-fault" not in ids, ids
