@@ -90,7 +90,16 @@ shared memory, fp16/bf16, the allocator's NVML assert, DataLoader Bus error / Ki
 **27 of 30 correct before any change** (19 right, 8 honest "unknown"; 0 wrong; 3 missed: the heartbeat
 monitor's "watchdog got stuck", `RendezvousTimeoutError`, `DistNetworkError: The client socket has timed
 out`); 30 of 30 after, fitted, with three new entries (`triton-out-of-shared-memory`, `oom-nvml-assert`,
-`cuda-toolkit-missing-for-jit`). On failures produced for real on an H200: 12 of 12.
+`cuda-toolkit-missing-for-jit`). An eighth fresh set was sampled the way a user meets failures, not
+by family (benchmarks/results/explain_heldout8.md: 26 reports from 2025-2026, one issue search per
+popular training repository, results taken in rank order: Blackwell GPUs without kernels, torch 2.5+ and
+2.8 (`torch.AcceleratorError`) wordings, Jupyter tracebacks cut short, 7 with no known cause):
+**21 of 26 correct before any change** (14 right, 7 honest "unknown"; 0 wrong; 5 missed: a multinomial
+`probability tensor contains either inf, nan` kernel assert, bitsandbytes' `compiled without GPU support`
+and `NameError: str2optimizer8bit_blockwise`, an IPython `OutOfMemoryError  Traceback` header without
+its message, xformers' `your GPU has capability (12, 0) (too new)`); 26 of 26 after, fitted, with one
+new entry (`gpu-hardware-fault`: uncorrectable ECC / NVLink errors). On failures produced for real on
+an H200: 12 of 12.
 
 ## How a long log is read
 

@@ -45,7 +45,7 @@ def check_heldout_case(folder: Path, name: str, case: dict) -> None:
 
 # the held-out sets in the order they were built: each is checked fresh against those before it
 HELDOUT_SETS = ("explain_heldout", "explain_heldout2", "explain_heldout3", "explain_heldout4", "explain_heldout5",
-                "explain_heldout6", "explain_heldout7")
+                "explain_heldout6", "explain_heldout7", "explain_heldout8")
 _ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
 
 
