@@ -63,6 +63,9 @@ class Entry:
     seeds: str
     samples: tuple[Sample, ...]
     file: str
+    # why a match on Python warning lines alone ranks as a warning, not as the error that stopped
+    # the run ("" for entries whose warning is the failure itself, e.g. CUDA initialisation)
+    warning_alone: str = ""
 
     def __post_init__(self) -> None:
         where = f"{self.file}: entry {self.id!r}"
@@ -161,6 +164,7 @@ def _entry(raw: dict, file: str) -> Entry:
             seeds=raw.get("seeds", ""),
             samples=tuple(Sample(text=s["text"], source=s["source"]) for s in raw.get("samples", ())),
             file=file,
+            warning_alone=" ".join(raw.get("warning_alone", "").split()),
         )
     except KeyError as exc:
         raise ValueError(f"{where}: missing key {exc}") from None

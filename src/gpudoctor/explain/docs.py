@@ -127,7 +127,10 @@ an H200: 12 of 12.
   in the message (`note:` lines show them).
 * **Confidence**: a catalog pattern over the real message text gives *high* (0.9; 0.95 when a
   numeric check also passed); only weaker keywords (e.g. a description like "nan loss") give *low*.
-  Then errors before warnings, the rank torchrun blamed first, and the earliest line first.
+  Then errors before warnings, the rank torchrun blamed first, and the earliest line first. An
+  entry matched only on Python warning lines (`UserWarning: ...`) ranks as a warning when its
+  catalog entry says why that warning alone does not stop a run (`warning_alone`: bitsandbytes'
+  "compiled without GPU support" above a later OOM puts the OOM first).
 * **Speed**: lines are de-duplicated with their digits blanked and scanned once for the catalog's
   trigger literals; a 10 MB log takes well under 2 s (`benchmarks/explain_speed.py`, its result in
   `benchmarks/results/explain_speed.json`).
@@ -137,7 +140,8 @@ an H200: 12 of 12.
 The knowledge is data: `src/gpudoctor/explain/catalog/*.toml`, one `[[entry]]` per failure with
 its id, title, category, severity, role, trigger literals (`anchors`), regular expressions over
 real message texts (`patterns`), weaker `keywords`, an optional numeric `check`, the entries it
-`overrides`, the cause, how to verify, the fix, links, the seed sections it comes from, and at
+`overrides`, why a match on warning lines alone is only a warning (`warning_alone`, optional),
+the cause, how to verify, the fix, links, the seed sections it comes from, and at
 least one real sample message copied from a public issue thread with its `source`. A test loads
 every entry and checks that each of its samples ranks it first.
 

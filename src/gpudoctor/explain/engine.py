@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpudoctor.explain.catalog import Catalog, load_catalog
 from gpudoctor.explain.facts import LOG_NOTES
 from gpudoctor.explain.logparse import (
@@ -17,6 +19,10 @@ from gpudoctor.explain.matcher import EntryHits, apply_overrides, match_joined, 
 from gpudoctor.explain.ranking import rank_matches
 from gpudoctor.records.explain import ExplainMatch, ExplainReport, ExtractedError
 
+# a line Python's warnings module printed: "<file>:<line>: UserWarning: ..." (any *Warning class),
+# or the source line it echoes under it ("  warn(...)" / "  warnings.warn(...)")
+_WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning: |^\s*(?:warnings\.)?warn\(")
+
 # an extracted error is the context of a match when it starts this close after the matched line
 _CONTEXT_AFTER = 40
 _CONTEXT_BEFORE = 3
@@ -26,6 +32,18 @@ def _context(hits: EntryHits, errors: list[ExtractedError]) -> ExtractedError | 
     line_no = hits.first.index + 1
     near = [e for e in errors if line_no - _CONTEXT_BEFORE <= e.line_no <= line_no + _CONTEXT_AFTER]
     return min(near, key=lambda e: abs(e.line_no - line_no)) if near else None
+
+
+def _severity(hits: EntryHits) -> str:
+    """The entry's severity, but ``"warning"`` for an entry with a ``warning_alone`` reason where
+    every line it matched is a Python warning: that warning did not stop the program, an error later
+    in the log did (bitsandbytes' "compiled without GPU support" is printed at import on a machine
+    without a GPU, above whatever error the run then hit). Ranking puts errors before warnings.
+    Entries whose warning is the failure itself (CUDA initialisation, a driver too old) keep theirs."""
+    entry = hits.entry
+    if entry.severity == "error" and entry.warning_alone and all(_WARNING_LINE.search(h.text) for h in hits.hits):
+        return "warning"
+    return hits.entry.severity
 
 
 def _to_match(hits: EntryHits, errors: list[ExtractedError], lines: list[str]) -> ExplainMatch:
@@ -41,7 +59,7 @@ def _to_match(hits: EntryHits, errors: list[ExtractedError], lines: list[str]) -
         entry_id=entry.id,
         title=entry.title,
         category=entry.category,
-        severity=entry.severity,
+        severity=_severity(hits),
         role=entry.role,
         confidence=round(hits.confidence, 2),
         matched_line=first.text[:400],

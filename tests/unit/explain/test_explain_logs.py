@@ -124,3 +124,39 @@ def test_ansi_colours_and_carriage_returns_are_ignored() -> None:
     report = explain_text(text)
     assert report.matches[0].entry_id == "device-side-assert"
     assert report.matches[0].matched_line == "RuntimeError: CUDA error: device-side assert triggered"
+
+
+_BNB_WARNING = (
+    "/usr/local/lib/python3.10/site-packages/bitsandbytes/cextension.py:34: UserWarning: The installed "
+    "version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, "
+    "and GPU quantization are unavailable.\n"
+    '  warn("The installed version of bitsandbytes was compiled without GPU support. "\n'
+)
+
+
+def test_a_harmless_import_warning_ranks_below_the_error_that_stopped_the_run() -> None:
+    oom = ("Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n"
+           "    loss.backward()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+           "GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n")
+    report = explain_text(_BNB_WARNING + oom)
+    ids = [m.entry_id for m in report.matches]
+    assert ids[0].startswith("oom-") and "bitsandbytes-native-library" in ids[1:]
+    bnb = next(m for m in report.matches if m.entry_id == "bitsandbytes-native-library")
+    assert bnb.severity == "warning"
+
+
+def test_the_same_entry_on_an_error_line_stays_an_error() -> None:
+    failed = ("Traceback (most recent call last):\n  File \"train.py\", line 12, in <module>\n"
+              "    optimizer.step()\nNameError: name 'str2optimizer8bit_blockwise' is not defined\n")
+    report = explain_text(_BNB_WARNING + failed)
+    assert report.matches[0].entry_id == "bitsandbytes-native-library"
+    assert report.matches[0].severity == "error"
+
+
+def test_a_warning_that_is_the_failure_itself_keeps_its_rank() -> None:
+    # torch's CUDA initialisation warning: CUDA is unusable from here on (no warning_alone reason)
+    text = ("/usr/lib/python3/site-packages/torch/cuda/__init__.py:138: UserWarning: CUDA initialization: "
+            "The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
+            "driver.\n")
+    report = explain_text(text)
+    assert report.matches[0].entry_id == "driver-too-old" and report.matches[0].severity == "error"
