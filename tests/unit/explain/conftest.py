@@ -45,8 +45,15 @@ def check_heldout_case(folder: Path, name: str, case: dict) -> None:
 
 # the held-out sets in the order they were built: each is checked fresh against those before it
 HELDOUT_SETS = ("explain_heldout", "explain_heldout2", "explain_heldout3", "explain_heldout4", "explain_heldout5",
-                "explain_heldout6", "explain_heldout7", "explain_heldout8")
+                "explain_heldout6", "explain_heldout7", "explain_heldout8", "explain_heldout9")
 _ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
+# a public page (Q&A, forum, blog): any http(s) address with a host
+_PAGE = re.compile(r"^https?://[^/\s]+\.[a-z]{2,}(?:[/?]\S*)?$", re.IGNORECASE)
+# discourse forums (discuss.pytorch.org, discuss.huggingface.co, forums.developer.nvidia.com): /t/<slug>/<topic>[/<post>]
+_DISCOURSE = re.compile(r"^([^/]+)/t/(?:[^/]+/)?(\d+)(?:/\d+)?$")
+# Stack Exchange sites (and their kiwix mirrors): /questions/<id>[/slug]
+_QUESTION = re.compile(r"(stackoverflow\.com|[a-z]+\.stackexchange\.com|superuser\.com|serverfault\.com|askubuntu\.com)"
+                       r"[^/]*/questions/(\d+)")
 
 
 def heldout_cases(set_name: str) -> dict:
@@ -54,14 +61,25 @@ def heldout_cases(set_name: str) -> dict:
 
 
 def issue_key(source: str) -> str:
-    """``owner/repo#N`` of a GitHub issue or pull address (lower case), else the text as it is."""
+    """One key per thread, whatever address form cites it: ``owner/repo#N`` of a GitHub issue or pull;
+    ``host/t/N`` of a Discourse topic (any slug, any post number); ``site/q/N`` of a Stack Exchange
+    question (also through a mirror that keeps the path); else the address without scheme, ``www.``,
+    fragment and trailing slash (lower case)."""
     found = _ISSUE.match(source)
-    return f"{found[1]}#{found[2]}".lower() if found else source.lower()
+    if found:
+        return f"{found[1]}#{found[2]}".lower()
+    page = re.sub(r"^https?://(?:www\.)?", "", source.strip().lower()).split("#", 1)[0].rstrip("/")
+    question = _QUESTION.search(page)
+    if question:
+        return f"{question[1]}/q/{question[2]}"
+    topic = _DISCOURSE.match(page)
+    return f"{topic[1]}/t/{topic[2]}" if topic else page
 
 
-def check_fresh_set(set_name: str, size: int) -> None:
-    """``size`` real GitHub issues, each once, each with its log, title and why, none the source of a
-    case of an earlier set or of a catalog sample (by address and by ``owner/repo#N``)."""
+def check_fresh_set(set_name: str, size: int, pages: bool = False) -> None:
+    """``size`` real reports, each thread once, each with its log, title and why, none the source of a
+    case of an earlier set or of a catalog sample (compared by :func:`issue_key`). Rounds one to eight
+    cite GitHub issues; ``pages=True`` (round nine on) takes any public page address instead."""
     from gpudoctor.explain.catalog import load_catalog
 
     cases = heldout_cases(set_name)
@@ -72,7 +90,7 @@ def check_fresh_set(set_name: str, size: int) -> None:
     seen: set[str] = set()
     for name, case in cases.items():
         assert (EXPLAIN_FIXTURES.parent / set_name / "logs" / f"{name}.log").is_file(), name
-        assert case["title"] and case["why"] and _ISSUE.match(case["source"]), name
+        assert case["title"] and case["why"] and (_PAGE if pages else _ISSUE).match(case["source"]), name
         key = issue_key(case["source"])
         assert key not in seen and key not in earlier and key not in samples, name
         seen.add(key)
