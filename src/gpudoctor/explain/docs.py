@@ -98,8 +98,15 @@ popular training repository, results taken in rank order: Blackwell GPUs without
 `probability tensor contains either inf, nan` kernel assert, bitsandbytes' `compiled without GPU support`
 and `NameError: str2optimizer8bit_blockwise`, an IPython `OutOfMemoryError  Traceback` header without
 its message, xformers' `your GPU has capability (12, 0) (too new)`); 26 of 26 after, fitted, with one
-new entry (`gpu-hardware-fault`: uncorrectable ECC / NVLink errors). On failures produced for real on
-an H200: 12 of 12.
+new entry (`gpu-hardware-fault`: uncorrectable ECC / NVLink errors). A ninth fresh set came from another
+population than the eight before (all GitHub issues): Q&A pages, discuss.pytorch.org threads and blog
+posts met through 21 plain user queries, taken in rank order (benchmarks/results/explain_heldout9.md:
+29 reports quoting the message as the page wrote it: shortened with `...`, retyped, in prose, forum
+titles with no traceback): **20 of 29 correct before any change** (18 right, 2 honest "unknown"; 0 wrong;
+9 missed: `... found at least two devices`, `Expected scalar type Half, but found Float`, `DataLoader
+worker exited unexpectedly` without pids, `CUBLAS_STATUS_NOT_INITIALIZE`, a DDP or `barrier()` hang in
+words, a GPU idle or waiting for its input in words); 29 of 29 after, fitted, no new entry. On failures
+produced for real on an H200: 12 of 12.
 
 ## How a long log is read
 
