@@ -32,7 +32,11 @@ RATIONALE = (
     "saved to with `torch.save` inside its training loop, after that loop (a script reloading its "
     "best checkpoint at the end), reads the run's own output and is not reported; a resume from a "
     "file an earlier process left there (loaded before the first save), a load of a caller's path "
-    "and a straight-line save-then-load demonstration (the load line people copy) are."
+    "and a straight-line save-then-load demonstration (the load line people copy) are. Objects "
+    "exchanged among the job's own ranks are not reported either: loads in a function that "
+    "`torch.save`s and calls a collective (an all-gather or broadcast of pickled objects through a "
+    "buffer, or files in a shared folder between barriers), and loads in `__setstate__` (the "
+    "object's own pickled state, already being unpickled)."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -156,13 +160,36 @@ def _reloads_own_save(ctx: FileContext, call: ast.Call, where: Where) -> bool:
     return False
 
 
+_COLLECTIVES = frozenset({"all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "gather",
+                          "gather_object", "scatter", "scatter_object_list", "send", "isend", "recv", "irecv",
+                          "all_to_all", "barrier"})
+
+
+def _exchanged_among_ranks(ctx: FileContext, func: object) -> bool:
+    """The loads of ``func`` read what this job's own ranks serialized: the function ``torch.save``s
+    and calls a collective (an all-gather or broadcast of pickled objects, through a buffer or
+    files in a shared folder between two barriers), or it is ``__setstate__``, whose bytes are the
+    object's own pickled state, already being unpickled (``weights_only`` adds no safety there)."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if func.name == "__setstate__":
+        return True
+    key = ("gd601-exchange", func)
+    if key not in ctx.cache:
+        calls = [call for call, at in ctx.calls if at.func is func]
+        ctx.cache[key] = (any(ctx.qualname(c.func) == "torch.save" for c in calls)
+                          and any(call_name(c) in _COLLECTIVES for c in calls))
+    return ctx.cache[key]
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ctx.holds_tests:
         return  # a test loads the checkpoint its own run just saved (fixture folder, mock hub, helper)
     safe_default = ctx.torch_floor is not None and ctx.torch_floor >= SAFE_DEFAULT
     for call, where in ctx.calls:
         if ctx.qualname(call.func) == "torch.load" and not has_star_kwargs(call):
-            if _own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where):
+            if (_own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where)
+                    or _exchanged_among_ranks(ctx, where.func)):
                 continue
             value = kwarg(call, "weights_only")
             if value is None and not safe_default:
