@@ -132,7 +132,7 @@ On a tenth held-out set of 12 larger, engineered repositories none of the ~117 e
 (Megatron-LM, DeepSpeedExamples, diffusers, verl, OpenRLHF and others; 6,721 files), 509 of 592
 findings were true (precision 0.86; a VAE's tiled encode through its own submodules for GD202, test
 modules for GD602/GD204/GD305/GD302/GD504, objects exchanged among ranks for GD601, index and GPU
-`TensorDataset`s for GD104, syncs through a GradScaler or a local function for GD501), 509 of 514
+`TensorDataset`s for GD104, syncs through a GradScaler or a local function for GD501), 509 of 515
 after its fixes: see `benchmarks/results/lint_precision_heldout10.md`.
 `gpudoctor explain GD502` prints one rule's section.
 

@@ -33,7 +33,8 @@ RATIONALE = (
     "`wait_for_everyone()`, the same barrier under a multi-process launch) outside an `if` "
     "counts as a sync, and so do `scaler.step(optimizer)` of a GradScaler not built with "
     "`enabled=False` (it reads `found_inf.item()` every step) and a call of a function of the same "
-    "file whose body synchronises (`evaluate(model, loader)` that reads `.item()`). Files that never import torch and run another framework (MXNet, "
+    "file whose body synchronises (`evaluate(model, loader)` that reads `.item()`), each outside an "
+    "`if` when it lies between the two readings. Files that never import torch and run another framework (MXNet, "
     "TensorFlow, JAX) are not checked."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
@@ -162,7 +163,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                 continue
             start = max(starts)
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
-            if any(_syncs(ctx, c, w) and not (call_name(c) in _BARRIERS and w.guarded) for c, w in inside):
+            if any(_syncs(ctx, c, w) and not (w.guarded and call_name(c) not in SYNCS - _BARRIERS)
+                   for c, w in inside):  # a barrier, scaler step or local function under ``if``: now and then
                 continue  # (a barrier only now and then, under an ``if``, leaves the other steps unsynced)
             loop = _spanning_loop(ctx, stmts, node, node.right.id, end)
             if loop is not None and any(_syncs(ctx, c, w) for c, w in calls if loop in w.loops):
