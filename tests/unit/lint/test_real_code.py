@@ -38,6 +38,8 @@ def test_seed_style_script_raises_the_expected_findings() -> None:
         (54, "GD202"),  # predictions.append(output)
         (55, "GD502"),  # print(loss) every step
         (56, "GD203"),  # empty_cache() every step
-        (57, "GD501"),  # epoch time without synchronize
+        # (57) no GD501 since held-out round ten: the enabled GradScaler's `scaler.step` reads
+        # `found_inf.item()` every step (and `print(loss)` syncs too), so the epoch reading lags the
+        # GPU by one optimizer step at most; GD501's own fixtures keep the seeds' unsynced timing
         (58, "GD407"),  # saving the DataParallel wrapper
     ]

@@ -28,7 +28,8 @@ RATIONALE = (
     " data already in memory (a `TensorDataset`, or a Dataset class of the file whose "
     "`__getitem__` only indexes what it holds) or over a helper's `dataset` parameter, and the "
     "pinning of a `TensorDataset` whose tensors are not visibly on the CPU (they may already be "
-    "on the GPU, where pinning raises). A loader over a Dataset class of the file whose "
+    "on the GPU, where pinning raises; a `torch.stack`/`torch.cat` lies where its inputs lie) or "
+    "that holds only `torch.arange`/`torch.randperm` indices (nothing worth pinning). A loader over a Dataset class of the file whose "
     "`__getitem__` already returns CUDA tensors is left to GD102, whose fix comes first (pinning "
     "CUDA tensors raises, and workers cannot initialise CUDA after a fork). A loader whose name is only "
     "ever read as `next(iter(loader))` (one batch for a sample grid) is left alone: there is no "
@@ -160,8 +161,38 @@ def _visibly_cpu(ctx: FileContext, node: ast.AST, func: object) -> bool:
     if call_name(node) in ("cpu", "numpy"):
         return True
     q = ctx.qualname(node.func) or ""
-    return (q.startswith("torch.") and q.rsplit(".", 1)[-1] in TENSOR_FACTORIES
-            and kwarg(node, "device") is None)
+    last = q.rsplit(".", 1)[-1]
+    if q.startswith("torch.") and last in _FOLLOW_INPUTS:  # ``torch.stack([x] * n)``: where x lies
+        parts = _sequence_items(node.args[0]) if node.args else None
+        return parts is not None and all(_visibly_cpu(ctx, part, func) for part in parts)
+    return q.startswith("torch.") and last in TENSOR_FACTORIES and kwarg(node, "device") is None
+
+
+# joins whose result lies on the device of their inputs, not a fresh CPU tensor
+_FOLLOW_INPUTS = frozenset({"stack", "cat", "concat", "concatenate", "hstack", "vstack"})
+
+
+def _sequence_items(node: ast.AST) -> list[ast.AST] | None:
+    """The tensors a ``torch.stack``/``torch.cat`` joins, when written out: ``[a, b]``,
+    ``[x] * n``, ``[f(i) for i in ...]`` (its element); None when they cannot be seen."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return list(node.elts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _sequence_items(node.left) if isinstance(node.left, (ast.List, ast.Tuple)) else None
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return [node.elt]
+    return None
+
+
+def _indices_only(ctx: FileContext, data: ast.Call, func: object) -> bool:
+    """A ``TensorDataset(torch.arange(n))`` (also through a name assigned once): the loader yields
+    indices, not data to pin."""
+    def index(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            values = ctx.assigned(node.id, func)
+            node = values[0] if len(values) == 1 else node
+        return isinstance(node, ast.Call) and (ctx.qualname(node.func) or "") in ("torch.arange", "torch.randperm")
+    return bool(data.args) and all(index(a) for a in data.args)
 
 
 def _pin_unsafe(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
@@ -174,7 +205,7 @@ def _pin_unsafe(ctx: FileContext | None, call: ast.Call, func: object) -> bool:
     data = _dataset_expr(ctx, call, func) if ctx is not None else None
     if not (isinstance(data, ast.Call) and (ctx.qualname(data.func) or "").rsplit(".", 1)[-1] in IN_MEMORY):
         return False
-    return not all(_visibly_cpu(ctx, arg, func) for arg in data.args)
+    return _indices_only(ctx, data, func) or not all(_visibly_cpu(ctx, arg, func) for arg in data.args)
 
 
 def missing(call: ast.Call, ctx: FileContext | None = None, func: object = None) -> tuple[list[str], list[str]]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from gpudoctor.lint.graph import carries_graph, graph_names, loss_names
 from gpudoctor.lint.rules.base import Hit
-from gpudoctor.lint.scope import FileContext
+from gpudoctor.lint.scope import FileContext, call_name
 
 CODE = "GD202"
 NAME = "outputs-kept-with-graph"
@@ -24,7 +24,11 @@ RATIONALE = (
     "`forward` (also of a class whose base is imported from another file: its `forward` is taken "
     "for a Module's), or in another of its methods looping over its own blocks, directly or through a "
     "local list of them (skip connections, intermediates, "
-    "feature vectors: those activations belong to the same graph and die with the call), on a "
+    "feature vectors: those activations belong to the same graph and die with the call), or in a "
+    "method of a Module (a class that defines `forward`) that runs tiles or chunks of its input "
+    "(a loop over `range(...)`, `torch.split`/`.chunk`, or positions the call computes itself, never over a "
+    "parameter such as a loader) through its own submodules "
+    "(`self.encoder(tile)`: a VAE's tiled encode, concatenated and returned in the same call); on a "
     "value last computed under `no_grad` in the same iteration, in a helper function every call of "
     "which in the file runs under `no_grad` (a `@torch.no_grad()` caller or a `with` block), on a local list "
     "the same function pops again with `.pop()` (a stack of skip connections consumed within the call), and on a list whose "
@@ -58,10 +62,43 @@ def _in_forward(ctx: FileContext, where) -> bool:
     if not (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and cls is not None
             and where.loop not in ctx.step_loops):
         return False
+    loop_iter = getattr(where.loop, "iter", None)
+    if _tiles_through_own_blocks(ctx, cls, where, loop_iter):
+        return True
     if cls.name not in ctx.module_classes:  # the base is imported (``class FCOSHead(RetinaNetHead)``):
         return func.name == "forward" and _derived(cls)  # only the Module convention ``forward`` tells
-    loop_iter = getattr(where.loop, "iter", None)
     return func.name == "forward" or (loop_iter is not None and _own_blocks(ctx, loop_iter, func))
+
+
+_SPLITS = frozenset({"split", "chunk", "unbind", "tensor_split"})
+
+
+def _positions(ctx: FileContext, node: ast.AST, func) -> bool:
+    """Tile or chunk positions computed in this call: ``range(...)``, a split of a tensor, ``zip`` /
+    ``enumerate`` / ``reversed`` of those, or a local name the function assigns (``start_end =
+    self.build_chunk_start_end(n)``), never a parameter (``for x in loader``)."""
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id in ("zip", "enumerate", "reversed"):
+            return bool(node.args) and all(_positions(ctx, a, func) for a in node.args)
+        return (isinstance(node.func, ast.Name) and node.func.id == "range") or call_name(node) in _SPLITS
+    return (isinstance(node, ast.Name) and node.id not in ctx.params.get(func, ())
+            and bool(ctx.assigns.get(func, {}).get(node.id)))
+
+
+def _tiles_through_own_blocks(ctx: FileContext, cls: ast.ClassDef, where, loop_iter) -> bool:
+    """A Module (a class of the file's Modules, or one that defines ``forward``) runs tiles or chunks
+    of this call's input through its own submodules: the loop goes over ``range(...)`` or a split of
+    a tensor (``torch.split(z, n)``, ``x.chunk(k)``) and its body calls ``self.<attr>(...)`` for an
+    attribute the class assigns (``self.encoder = Encoder(...)``). A VAE's tiled encode/decode
+    concatenates and returns the tiles in the same call: one graph, which dies with the call."""
+    if loop_iter is None or not (cls.name in ctx.module_classes or any(
+            isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "forward" for f in cls.body)):
+        return False
+    if not _positions(ctx, loop_iter, where.func):
+        return False
+    owned = ctx.attr_assigns.get(cls, {})
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+               and n.func.value.id == "self" and n.func.attr in owned for n in ast.walk(where.loop))
 
 
 def _derived(cls: ast.ClassDef) -> bool:

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.rules.base import Hit
-from gpudoctor.lint.scope import TIMERS, FileContext, call_name, is_cuda_expr
+from gpudoctor.lint.scope import TIMERS, FileContext, call_name, is_const, is_cuda_expr, kwarg, last_ident
 from gpudoctor.lint.walker import is_backward, is_optimizer_step
 
 CODE = "GD501"
@@ -31,7 +31,10 @@ RATIONALE = (
     "(it times that step's kernel launches only); one re-taken only under an `if` of the loop "
     "(after a validation pass) still spans many steps. An NCCL `dist.barrier()` (or accelerate's "
     "`wait_for_everyone()`, the same barrier under a multi-process launch) outside an `if` "
-    "counts as a sync. Files that never import torch and run another framework (MXNet, "
+    "counts as a sync, and so do `scaler.step(optimizer)` of a GradScaler not built with "
+    "`enabled=False` (it reads `found_inf.item()` every step) and a call of a function of the same "
+    "file whose body synchronises (`evaluate(model, loader)` that reads `.item()`), each outside an "
+    "`if` when it lies between the two readings. Files that never import torch and run another framework (MXNet, "
     "TensorFlow, JAX) are not checked."
 )
 BAD = "t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\nprint(time.time() - t0)\n"
@@ -42,6 +45,45 @@ GOOD = ("t0 = time.time()\nloss = criterion(model(x), y)\nloss.backward()\ntorch
 SYNCS = frozenset({"synchronize", "item", "cpu", "tolist", "numpy", "elapsed_time", "Event", "barrier",
                    "wait_for_everyone"})
 _BARRIERS = frozenset({"barrier", "wait_for_everyone"})
+
+
+def _scaler_syncs(ctx: FileContext, call: ast.Call, where) -> bool:
+    """``scaler.step(optimizer)`` of a GradScaler not built with ``enabled=False``: it reads
+    ``found_inf.item()`` before stepping, a host sync every step."""
+    if call_name(call) != "step" or not isinstance(call.func, ast.Attribute) or not call.args:
+        return False
+    recv = call.func.value
+    if ctx.kind(recv, where.func) != "scaler" and "scaler" not in last_ident(recv).lower():
+        return False
+    if isinstance(recv, ast.Name):
+        values = ctx.assigned(recv.id, where.func)
+    elif isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) and recv.value.id == "self":
+        values = [v for v, _ in ctx.attr_assigns.get(where.cls, {}).get(recv.attr, [])]
+    else:
+        values = []
+    return not any(isinstance(v, ast.Call) and is_const(kwarg(v, "enabled"), False) for v in values)
+
+
+def _local_function_syncs(ctx: FileContext, call: ast.Call) -> bool:
+    """A call of a function of this file (``evaluate(model, loader)``, ``self.validate()``) whose
+    body synchronises (``.item()``, ``.cpu()``, ``synchronize()``)."""
+    name = call_name(call)
+    if name is None or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return False
+    if isinstance(call.func, ast.Attribute) and not (isinstance(call.func.value, ast.Name)
+                                                     and call.func.value.id == "self"):
+        return False
+    key = ("gd501-local-sync", name)
+    if key not in ctx.cache:
+        bodies = [n for n in ast.walk(ctx.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.name == name]
+        ctx.cache[key] = bool(bodies) and all(
+            any(isinstance(c, ast.Call) and call_name(c) in SYNCS - _BARRIERS for c in ast.walk(b)) for b in bodies)
+    return ctx.cache[key]
+
+
+def _syncs(ctx: FileContext, call: ast.Call, where) -> bool:
+    return call_name(call) in SYNCS or _scaler_syncs(ctx, call, where) or _local_function_syncs(ctx, call)
 
 
 def _timer_lines(ctx: FileContext, stmts: list) -> dict[str, list[int]]:
@@ -121,10 +163,11 @@ def check(ctx: FileContext) -> Iterator[Hit]:
                 continue
             start = max(starts)
             inside = [(c, w) for c, w in calls if start < c.lineno < end]
-            if any(call_name(c) in SYNCS and not (call_name(c) in _BARRIERS and w.guarded) for c, w in inside):
+            if any(_syncs(ctx, c, w) and not (w.guarded and call_name(c) not in SYNCS - _BARRIERS)
+                   for c, w in inside):  # a barrier, scaler step or local function under ``if``: now and then
                 continue  # (a barrier only now and then, under an ``if``, leaves the other steps unsynced)
             loop = _spanning_loop(ctx, stmts, node, node.right.id, end)
-            if loop is not None and any(call_name(c) in SYNCS for c, w in calls if loop in w.loops):
+            if loop is not None and any(_syncs(ctx, c, w) for c, w in calls if loop in w.loops):
                 continue  # the reading spans whole iterations: the previous step's sync bounds it
             if any(_gpu_work(ctx, c, w) for c, w in inside) or any(start < ln < end for ln in matmuls):
                 yield Hit(node)

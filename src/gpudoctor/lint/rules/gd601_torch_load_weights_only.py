@@ -32,7 +32,13 @@ RATIONALE = (
     "saved to with `torch.save` inside its training loop, after that loop (a script reloading its "
     "best checkpoint at the end), reads the run's own output and is not reported; a resume from a "
     "file an earlier process left there (loaded before the first save), a load of a caller's path "
-    "and a straight-line save-then-load demonstration (the load line people copy) are."
+    "and a straight-line save-then-load demonstration (the load line people copy) are. Objects "
+    "exchanged among the job's own ranks are not reported either: in a function that "
+    "`torch.save`s and calls a collective, a load of an in-memory buffer or a `with tempfile` "
+    "handle (an all-gather or broadcast of pickled objects), or any load when the save runs on "
+    "every call (files in a shared folder between barriers; a save only when no cached file is "
+    "found does not count, the file may be an earlier run's), and loads in `__setstate__` (the "
+    "object's own pickled state, already being unpickled)."
 )
 BAD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\")\n"
 GOOD = "state = torch.load(\"ckpt.pt\", map_location=\"cpu\", weights_only=True)\n"
@@ -156,13 +162,61 @@ def _reloads_own_save(ctx: FileContext, call: ast.Call, where: Where) -> bool:
     return False
 
 
+_COLLECTIVES = frozenset({"all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "gather",
+                          "gather_object", "scatter", "scatter_object_list", "send", "isend", "recv", "irecv",
+                          "all_to_all", "barrier"})
+
+
+def _exchanged_among_ranks(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """The load reads what this job's own ranks serialized: the function ``torch.save``s and calls
+    a collective, and the load reads an in-memory buffer or a ``with tempfile...`` handle (an
+    all-gather or broadcast of pickled objects), or every call of the function saves first (an
+    unconditional ``torch.save`` to a shared folder, a barrier, then the ranks' files); or the
+    function is ``__setstate__``, whose bytes are the object's own pickled state, already being
+    unpickled (``weights_only`` adds no safety there). A save only when no cached file is found
+    does not count: the file may be an earlier run's."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if func.name == "__setstate__":
+        return True
+    key = ("gd601-exchange", func)
+    if key not in ctx.cache:
+        calls = [(c, at) for c, at in ctx.calls if at.func is func]
+        saves = [at for c, at in calls if ctx.qualname(c.func) == "torch.save"]
+        collective = any(call_name(c) in _COLLECTIVES for c, _ in calls)
+        ctx.cache[key] = (collective and bool(saves), collective and any(not at.guarded for at in saves))
+    exchanged, unconditional = ctx.cache[key]
+    return unconditional or (exchanged and bool(call.args) and _buffer(ctx, call.args[0], func))
+
+
+def _buffer(ctx: FileContext, node: ast.AST, func: ast.AST) -> bool:
+    """``io.BytesIO(...)`` or a ``tempfile`` file, also through a name every assignment of which
+    is one (``with tempfile.TemporaryFile() as f`` binds ``f``)."""
+    if isinstance(node, ast.Name):
+        values = [v for v in ctx.assigned(node.id, func) if not isinstance(v, ast.Name)]
+        return bool(values) and all(
+            _with_tempfile(ctx, node.id, func) if isinstance(v, ast.Constant) and v.value is None
+            else _buffer(ctx, v, func) for v in values)
+    q = (ctx.qualname(node.func) or "") if isinstance(node, ast.Call) else ""
+    return q in ("io.BytesIO", "io.BufferedReader") or q.startswith("tempfile.")
+
+
+def _with_tempfile(ctx: FileContext, name: str, func: ast.AST) -> bool:
+    return any(isinstance(n, (ast.With, ast.AsyncWith)) and any(
+        isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == name
+        and isinstance(item.context_expr, ast.Call)
+        and (ctx.qualname(item.context_expr.func) or "").startswith("tempfile.") for item in n.items)
+        for n in ast.walk(func))
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ctx.holds_tests:
         return  # a test loads the checkpoint its own run just saved (fixture folder, mock hub, helper)
     safe_default = ctx.torch_floor is not None and ctx.torch_floor >= SAFE_DEFAULT
     for call, where in ctx.calls:
         if ctx.qualname(call.func) == "torch.load" and not has_star_kwargs(call):
-            if _own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where):
+            if (_own_temporary_file(ctx, call, where.func) or _reloads_own_save(ctx, call, where)
+                    or _exchanged_among_ranks(ctx, call, where.func)):
                 continue
             value = kwarg(call, "weights_only")
             if value is None and not safe_default:
