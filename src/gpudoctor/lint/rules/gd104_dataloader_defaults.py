@@ -41,7 +41,9 @@ RATIONALE = (
     "`imread`, a tokenizer, a transform), and its pinning unless every appended item is visibly on "
     "the CPU (`x.cpu()`) or the collate reads files: latents a VAE left on the GPU cannot be pinned. Test modules "
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
-    "check behaviour, not throughput."
+    "check behaviour, not throughput. Nor is a loader over constants or indices written in place "
+    "(`[0 for _ in range(20)]`, `[0] * 8`, `range(n)`) unless its `collate_fn` loads: a dummy loader "
+    "made so `accelerator.prepare` takes a DeepSpeed model is never iterated for data."
 )
 BAD = "loader = DataLoader(train_set, batch_size=64, shuffle=True)\n"
 GOOD = "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)\n"
@@ -116,6 +118,30 @@ def _list_items(ctx: FileContext, call: ast.Call, func: object) -> list[ast.AST]
                 and n.func.attr == "append" and isinstance(n.func.value, ast.Name) and n.func.value.id == data.id
                 and len(n.args) == 1]
     return list(values[0].elts) + appended
+
+
+def _constants_only(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """The dataset is plain constants or indices written here, with no collate function that
+    loads: ``[0 for _ in range(20)]``, ``[0] * 8``, ``range(n)``, ``list(range(n))`` (a dummy
+    loader for ``accelerator.prepare``, say): nothing to load in workers, nothing worth pinning."""
+    data = _dataset_expr(ctx, call, func)
+    if isinstance(data, ast.Call) and call_name(data) == "list" and len(data.args) == 1:
+        data = data.args[0]
+    if isinstance(data, ast.BinOp) and isinstance(data.op, ast.Mult) and isinstance(data.left, ast.List):
+        data = data.left
+    if isinstance(data, ast.List):
+        constant = bool(data.elts) and all(isinstance(e, ast.Constant) for e in data.elts)
+    elif isinstance(data, (ast.ListComp, ast.GeneratorExp)):
+        targets = {t.id for g in data.generators if isinstance(g.target, ast.Name) for t in [g.target]}
+        constant = all(_is_range(g.iter) and not g.ifs for g in data.generators) and (
+            isinstance(data.elt, ast.Constant) or (isinstance(data.elt, ast.Name) and data.elt.id in targets))
+    else:
+        constant = _is_range(data)
+    return constant and not _collate_loads(ctx, call)
+
+
+def _is_range(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
 
 
 def _collate_loads(ctx: FileContext, call: ast.Call) -> bool:
@@ -290,7 +316,8 @@ def check(ctx: FileContext) -> Iterator[Hit]:
     for call, where in ctx.calls:
         if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call) or _yields_cuda(ctx, call, where.func):
             continue
-        if _one_batch_only(ctx, call, where.func) or _constant_items(ctx, call, where.func):
+        if (_one_batch_only(ctx, call, where.func) or _constant_items(ctx, call, where.func)
+                or _constants_only(ctx, call, where.func)):
             continue
         problems, _ = missing(call, ctx, where.func)
         if problems:
