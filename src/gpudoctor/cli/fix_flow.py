@@ -67,6 +67,9 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
         return b_out.exit_code or 1
     config = b_run.configs[min(b_run.configs)] if b_run.configs else None
     changes, advice, lint_codes = _plan(source, script, found, findings or [], config)
+    from gpudoctor.fix.switches import given_switches
+
+    changes, advice = given_switches(changes, advice, tuple(args), findings or [])  # a switch already on: nothing to measure
     sources = {"": source}
     if found.file:  # the loop lives in another module of the project: that file is patched too
         sources[found.file] = Path(found.file).read_bytes().decode("utf-8")

@@ -75,6 +75,8 @@ KNOBS: dict[tuple[str, str], Knob] = {
     ("hf", "persistent"): Knob("TrainingArguments", (("dataloader_persistent_workers", "True"),),
                                "TrainingArguments(dataloader_persistent_workers=True)",
                                "the Trainer's DataLoader keeps its workers"),
+    ("hf", "non_blocking"): Knob("", (), "TrainingArguments(dataloader_pin_memory=True)",
+                                 "the Trainer copies the batch itself, non-blocking from pinned memory"),
     ("hf", "cudnn_benchmark"): Knob("", (), "torch.backends.cudnn.benchmark = True before trainer.train()",
                                     "TrainingArguments has no cuDNN benchmark argument"),
     ("hf", "channels_last"): Knob("", (), _CL + " (a data collator)", "no TrainingArguments field for the layout"),

@@ -236,6 +236,23 @@ def add_switches(argv: tuple[str, ...], edits) -> tuple[str, ...]:
     return tuple(out)
 
 
+def given_switches(changes, advice, argv: tuple[str, ...], findings=()):
+    """``(changes, advice)`` with each command-line change whose flags the command line already
+    gives (with the same values) turned into advice saying so: nothing would differ to measure."""
+    from gpudoctor.fix.ops import Advice
+
+    kept, more = [], []
+    for change in changes:
+        if change.switches and add_switches(argv, change.switches) == tuple(argv):
+            words = " ".join(f"{_long(e)}{' ' + e.value if e.value else ''}" for e in change.switches)
+            more.append(Advice(code=change.code, reason=f"{change.kind}: your command line gives the script's own "
+                               f"{words} already; the finding stands with it on",
+                               fix=next((f.fix for f in findings if f.code == change.code), "")))
+        else:
+            kept.append(change)
+    return kept, list(advice) + more
+
+
 def _long(edit: OptionEdit) -> str:
     return next((f for f in edit.flags if f.startswith("--")), edit.flags[0])
 
@@ -265,5 +282,5 @@ def autocast_call(found) -> ast.Call | None:
     return next((c for c, _ in found.ctx.calls if name(c) == "autocast"), None)
 
 
-__all__ = ["BF16", "KEYWORDS", "SIGNS", "add_switches", "autocast_call", "guarded", "own_switch", "switch_change",
+__all__ = ["BF16", "KEYWORDS", "SIGNS", "add_switches", "autocast_call", "given_switches", "guarded", "own_switch", "switch_change",
            "switch_edits", "switch_lines"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpudoctor.cli.fix_flow import _measure_all, argv_for
-from gpudoctor.fix.switches import add_switches, switch_lines
+from gpudoctor.fix.switches import add_switches, given_switches, switch_lines
 from gpudoctor.fix.ops import OptionEdit
 from tests.support.fix_planning import CPU, GPU, advice, planned, runs
 
@@ -195,3 +195,13 @@ def test_gpu_plan_on_cpu_config_is_the_same_flags():
     _, gpu, _ = planned(TIMM_LIKE, "GD-RUN-LAUNCH-BOUND", config=GPU)
     _, cpu, _ = planned(TIMM_LIKE, "GD-RUN-LAUNCH-BOUND", config=CPU)
     assert _words(_switch(gpu, "compile")) == _words(_switch(cpu, "compile")) == ["--torchcompile"]
+
+
+def test_a_switch_already_on_is_advice():
+    _, plan, _ = planned(TIMM_LIKE, "GD-RUN-FP32-COMPUTE")
+    changes, adv = given_switches(plan.changes, plan.advice, ("--amp", "--amp-dtype=bfloat16"))
+    assert "bf16" not in [c.kind for c in changes] and "channels_last" in [c.kind for c in changes]
+    assert any(a.reason.startswith("bf16: your command line gives the script's own --amp --amp-dtype bfloat16")
+               for a in adv)
+    changes, _ = given_switches(plan.changes, plan.advice, ("--amp", "--amp-dtype", "float16"))
+    assert "bf16" in [c.kind for c in changes]  # float16 given: the change is to bfloat16
