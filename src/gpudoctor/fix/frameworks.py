@@ -87,6 +87,13 @@ KNOBS: dict[tuple[str, str], Knob] = {
     ("accelerate", "compile"): Knob("Accelerator", (("dynamo_backend", '"inductor"'),),
                                     'Accelerator(dynamo_backend="inductor")', "accelerator.prepare compiles the model"),
 }
+# (framework, keyword) -> its literal values that are mixed precision already: a bf16 change on top
+# of them is no fix (HF raises on fp16=True with bf16=True)
+MIXED: dict[tuple[str, str], frozenset] = {
+    ("hf", "fp16"): frozenset({True}), ("hf", "bf16"): frozenset({True}),
+    ("lightning", "precision"): frozenset({16, "16", "16-mixed", "bf16", "bf16-mixed", "bf16-true", "16-true"}),
+    ("accelerate", "mixed_precision"): frozenset({"fp16", "bf16", "fp8"}),
+}
 # kinds Accelerate owns even where the script's own loop is located (its loop is the user's)
 ACCELERATE_OWNS = frozenset({"bf16", "fp16", "compile"})
 NAMES = {"lightning": "Lightning", "hf": "Hugging Face Trainer", "accelerate": "Accelerate"}
@@ -150,6 +157,18 @@ def framework_change(kind: str, finding, found, why: str, loader=None) -> tuple[
     if any(k.arg is None for k in call.keywords):
         return None, advice + f"; the {knob.call}(...) at line {call.lineno} takes **kwargs: set it there"
     given = {k.arg: k.value for k in call.keywords}
+    literal = {k: v.value for k, v in given.items() if isinstance(v, ast.Constant)}
+    mixed = [f"{k}={literal[k]!r}" for (f, k), on in MIXED.items() if f == fw and k in literal and literal[k] in on]
+    if kind in ("bf16", "fp16") and mixed:
+        return None, f"{NAMES[fw]}: {knob.call}(...) at line {call.lineno} runs mixed precision already ({mixed[0]})"
+    if fw == "hf" and kind in ("pin_memory", "loader"):  # the Trainer pins by default (dataloader_pin_memory=True)
+        kwargs = tuple(kv for kv in kwargs if kv[0] != "dataloader_pin_memory" or literal.get(kv[0]) is False)
+    if fw == "hf" and kind == "persistent" and not (isinstance(literal.get("dataloader_num_workers"), int)
+                                                    and literal["dataloader_num_workers"] > 0):
+        return None, advice + ("; needs dataloader_num_workers > 0 in the same call (the DataLoader refuses "
+                               "persistent workers without workers): the loader change sets both")
+    if not kwargs:
+        return None, f"{NAMES[fw]}: {knob.call}(...) at line {call.lineno} has it already (a default or given)"
     for key, value in kwargs:
         old = given.get(key)
         if old is not None and not isinstance(old, ast.Constant):
@@ -164,4 +183,4 @@ def framework_change(kind: str, finding, found, why: str, loader=None) -> tuple[
                   precision=kind in ("bf16", "fp16", "tf32"), file=found.file), ""
 
 
-__all__ = ["ACCELERATE_OWNS", "KNOBS", "Knob", "framework", "framework_change"]
+__all__ = ["ACCELERATE_OWNS", "KNOBS", "MIXED", "Knob", "framework", "framework_change"]

@@ -3,7 +3,7 @@ knob, a source change on its call where that is a plain keyword, else advice nam
 
 from __future__ import annotations
 
-from tests.support.fix_planning import advice, planned
+from tests.support.fix_planning import STALL_DATA, advice, planned
 
 LIGHTNING = """
 import lightning as L
@@ -76,10 +76,16 @@ def main(model, train_set):
 def test_hf_training_arguments():
     _, plan, fixed = planned(HF, "GD-RUN-FP32-COMPUTE", "GD-RUN-DATALOADER", "GD-RUN-LAUNCH-BOUND")
     assert ("TrainingArguments(output_dir=\"out\", per_device_train_batch_size=8, tf32=True, bf16=True, "
-            "dataloader_num_workers=8, dataloader_pin_memory=True, dataloader_persistent_workers=True, "
-            "torch_compile=True)") in fixed.replace("\n", "")
+            "dataloader_num_workers=8, dataloader_persistent_workers=True, "
+            "torch_compile=True)") in fixed.replace("\n", "")  # pinned by default: not given again
     assert "cudnn.benchmark = True before trainer.train()" in advice(plan, "cudnn_benchmark")
     assert "dataloader_pin_memory=True" in advice(plan, "non_blocking")
+    # alpaca-lora's fp16=True: bf16=True beside it would make TrainingArguments raise; no persistent
+    # workers without a worker count in the call
+    fp16 = HF.replace('per_device_train_batch_size=8', 'per_device_train_batch_size=8, fp16=True')
+    _, plan, fixed = planned(fp16, "GD-RUN-FP32-COMPUTE", "GD-RUN-PERIODIC-STALL", data=STALL_DATA)
+    assert "bf16=True" not in fixed and "runs mixed precision already (fp16=True)" in advice(plan, "bf16")
+    assert "needs dataloader_num_workers > 0" in advice(plan, "persistent")
     elsewhere = 'from transformers import Trainer\n\n\ndef main(model, args, data):\n    Trainer(model=model, args=args, train_dataset=data).train()\n'
     _, plan, _ = planned(elsewhere, "GD-RUN-FP32-COMPUTE")
     assert "TrainingArguments(bf16=True)" in advice(plan, "bf16") and not plan.changes
@@ -110,7 +116,7 @@ def test_accelerate_mixed_precision_and_dynamo():
     assert "torch.autocast" not in fixed and ".compile()" not in fixed
     set_already = ACCELERATE.replace("gradient_accumulation_steps=1", 'mixed_precision="bf16"')
     _, plan, _ = planned(set_already, "GD-RUN-FP32-COMPUTE")
-    assert "sets it already" in advice(plan, "bf16")
+    assert "runs mixed precision already (mixed_precision='bf16')" in advice(plan, "bf16")
 
 
 def test_no_framework_no_change_in_plan():
