@@ -124,6 +124,25 @@ def framework(ctx) -> tuple[str, ast.Call | None] | None:
     return None
 
 
+def _option_for(found, value: ast.AST, wanted: str):
+    """The script's own option that ``value`` (``args.mixed_precision``) reads, as the edit that
+    gives it ``wanted`` (``bf16``), where its ``choices`` hold that spelling (Accelerate's examples:
+    ``--mixed_precision {no,fp16,bf16,fp8}``); else ``None``."""
+    from gpudoctor.fix.ops import OptionEdit
+    from gpudoctor.fix.options import long_flags, parser_options
+
+    if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)):
+        return None
+    option = parser_options(found.ctx.tree).get(value.attr)
+    text = wanted.strip('"')
+    choices = next((k.value for k in option.call.keywords if k.arg == "choices"), None) if option else None
+    if option is None or option.action is not None or not any(
+            isinstance(e, ast.Constant) and e.value == text for e in getattr(choices, "elts", [])):
+        return None
+    return OptionEdit(flags=option.flags, value=text, was=ast.unparse(option.default) if option.default else "",
+                      longs=long_flags(found.ctx.tree))
+
+
 def _lightning_1x(call: ast.Call | None) -> bool:
     return call is not None and any(k.arg == "gpus" for k in call.keywords)
 
@@ -172,6 +191,10 @@ def framework_change(kind: str, finding, found, why: str, loader=None) -> tuple[
     for key, value in kwargs:
         old = given.get(key)
         if old is not None and not isinstance(old, ast.Constant):
+            flag = _option_for(found, old, value)
+            if flag is not None:  # the script's own option feeds the keyword: give it on the command line
+                return Change(kind=kind, code=finding.code, why=f"{why} ({NAMES[fw]}'s {key} from the script's own "
+                              f"{flag.flags[0]})", ops=(), precision=kind in ("bf16", "fp16", "tf32"), switches=(flag,)), ""
             seg = ast.get_source_segment(found.ctx.source, old) or ast.unparse(old)
             return None, advice + f"; {key}={seg} at line {call.lineno} reads your configuration: set it there"
     kwargs = tuple((k, v) for k, v in kwargs if not (isinstance(given.get(k), ast.Constant)

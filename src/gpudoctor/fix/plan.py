@@ -121,6 +121,9 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
             if kind == "non_blocking" and any("non_blocking" in dict(o.kwargs) for c in plan.changes for o in c.ops):
                 continue  # the host tensors' pinning made the copies non-blocking already
             change, reason = _change(kind, finding, found, config, on_gpu)
+            if change is not None and change.switches and any(
+                    set(change.switches) <= set(c.switches) for c in plan.changes):
+                continue  # the same flags as a change planned already (timm's --pin-mem in the loader change)
             if change is not None and change.kind == "loader" and _sets_pin(change):
                 plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
             if change is not None:

@@ -127,3 +127,20 @@ def test_no_framework_no_change_in_plan():
         "    model = torch.nn.Linear(4, 2)")
     _, plan, fixed = planned(plain, "GD-RUN-FP32-COMPUTE")
     assert "torch.autocast" in fixed  # the located loop is patched as before
+
+
+def test_accelerate_precision_from_the_scripts_own_option():
+    """accelerate's nlp_example: ``Accelerator(mixed_precision=args.mixed_precision)`` with
+    ``--mixed_precision`` choosing among no/fp16/bf16/fp8: a command-line change, not a patch."""
+    source = ACCELERATE.replace("import torch\n", "import argparse\nimport torch\n").replace(
+        "accelerator = Accelerator(gradient_accumulation_steps=1)",
+        "p = argparse.ArgumentParser()\n    p.add_argument('--mixed_precision', type=str, default=None, "
+        "choices=['no', 'fp16', 'bf16', 'fp8'])\n    args = p.parse_args()\n"
+        "    accelerator = Accelerator(mixed_precision=args.mixed_precision)")
+    _, plan, fixed = planned(source, "GD-RUN-FP32-COMPUTE")
+    bf16 = _change(plan, "bf16")
+    assert bf16.ops == () and [(e.flags, e.value) for e in bf16.switches] == [(("--mixed_precision",), "bf16")]
+    assert "mixed_precision=args.mixed_precision)" in fixed
+    no_choice = source.replace(", choices=['no', 'fp16', 'bf16', 'fp8']", "")
+    _, plan, _ = planned(no_choice, "GD-RUN-FP32-COMPUTE")
+    assert "reads your configuration" in advice(plan, "bf16")  # no choices: the spelling is not known

@@ -205,3 +205,9 @@ def test_a_switch_already_on_is_advice():
                for a in adv)
     changes, _ = given_switches(plan.changes, plan.advice, ("--amp", "--amp-dtype", "float16"))
     assert "bf16" in [c.kind for c in changes]  # float16 given: the change is to bfloat16
+
+
+def test_one_flag_is_one_change():
+    """timm's --pin-mem answers the loader finding and the pageable-copy finding: planned once."""
+    _, plan, _ = planned(TIMM_LIKE, "GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE")
+    assert [c.kind for c in plan.changes] == ["loader"]
