@@ -145,9 +145,10 @@ def _bf16_option(tree: ast.AST, options: dict[str, Option | None]) -> tuple[Opti
         choices = kw.get("choices")
         spelled = [e.value for e in getattr(choices, "elts", []) if isinstance(e, ast.Constant) and e.value in BF16]
         for node in ast.walk(tree):
-            if isinstance(node, (ast.If, ast.IfExp)) and isinstance(node.test, ast.Compare) \
-                    and _reads(node.test, option.dest, _imported(tree)):
-                lits = [c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant) and c.value in BF16]
+            compares = [c for c in ast.walk(node.test) if isinstance(c, ast.Compare)] \
+                if isinstance(node, (ast.If, ast.IfExp)) else []
+            if any(_reads(c, option.dest, _imported(tree)) for c in compares):  # `args.amp and args.amp_dtype == ...`
+                lits = [x.value for c in compares for x in ast.walk(c) if isinstance(x, ast.Constant) and x.value in BF16]
                 body = node.body if isinstance(node, ast.If) else [node.body]
                 if lits and any("bfloat16" in ast.unparse(s) for s in body):
                     return option, lits[0]
@@ -215,7 +216,9 @@ def switch_change(kind: str, finding, found, why: str, loader=None) -> Change | 
     if not edits:
         return None
     words = " ".join(e.flags[0] if not e.value else f"{e.flags[-1]} {e.value}" for e in edits)
-    return Change(kind=kind, code=finding.code, why=f"{why} (the script's own {words})", ops=(),
+    why = f"the loader's workers and memory through the script's own {words}" if kind == "loader" else \
+        f"{why} (the script's own {words})"  # the loader's flags set only part of the code change
+    return Change(kind=kind, code=finding.code, why=why, ops=(),
                   precision=kind in ("bf16", "fp16", "tf32"), file="", switches=edits)
 
 
