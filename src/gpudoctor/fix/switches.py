@@ -102,12 +102,25 @@ def guarded(tree: ast.AST, dest: str) -> Iterator[tuple[ast.AST, str]]:
             yield node, ""
 
 
-def _off(option: Option) -> bool:
-    """A flag off by default: ``store_true`` with a false default, or ``nargs="?"`` with a
-    ``const=`` and no default (the flag alone turns it on)."""
-    default = option.default
+def _set_defaults(tree: ast.AST) -> dict[str, ast.AST]:
+    """``parser.set_defaults(pin_mem=True)``: the defaults it sets (they win over ``default=``)."""
+    return {k.arg: k.value for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "set_defaults" for k in n.keywords if k.arg}
+
+
+def _bool_typed(option: Option) -> bool:
+    """``type=str2bool`` (ConvNeXt's ``--use_amp true``): a value parsed as a boolean."""
+    kind = next((k.value for k in option.call.keywords if k.arg == "type"), None)
+    return isinstance(kind, ast.Name) and "bool" in kind.id.lower()
+
+
+def _off(option: Option, defaults: dict[str, ast.AST] | None = None) -> bool:
+    """A flag off by default: ``store_true`` with a false default (``set_defaults`` included), a
+    boolean-typed option defaulting false, or ``nargs="?"`` with a ``const=`` and no default (the
+    flag alone turns it on)."""
+    default = (defaults or {}).get(option.dest, option.default)
     falsy = default is None or (isinstance(default, ast.Constant) and not default.value)
-    if option.action == "store_true":
+    if option.action == "store_true" or (option.action is None and _bool_typed(option)):
         return falsy
     kw = {k.arg: k.value for k in option.call.keywords}
     nargs = kw.get("nargs")
@@ -119,7 +132,53 @@ def _flag(option: Option) -> str:
     return next((f for f in option.flags if f.startswith("--")), option.flags[0])
 
 
-def _kinds_of(tree: ast.AST, option: Option) -> set[str]:
+def _callee_signs(call: ast.Call, param: str, trees: list[ast.AST]) -> set[str]:
+    """What the function ``call`` calls does under its parameter ``param`` (ConvNeXt's
+    ``train_one_epoch(..., use_amp=args.use_amp)`` and ``if use_amp: with torch.cuda.amp.autocast():``
+    in engine.py): the function of that name, with that parameter, in the file or a module of the
+    project it imports; ``if``/``IfExp`` tests reading the bare name, and keywords passed it."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    out: set[str] = set()
+    for tree in trees:
+        for func in ast.walk(tree):
+            if not (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name == name
+                    and param in {a.arg for a in func.args.args + func.args.kwonlyargs}):
+                continue
+            for node in ast.walk(func):
+                reads = lambda t: any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(t))  # noqa: E731
+                if isinstance(node, ast.If) and reads(node.test) and not isinstance(node.test, ast.UnaryOp):
+                    out |= _does(ast.Module(body=node.body, type_ignores=[]))
+                elif isinstance(node, ast.Call) and any(k.arg == "enabled" and reads(k.value) for k in node.keywords):
+                    out |= _does(node)
+    return out
+
+
+def _script(found) -> tuple[ast.AST, list[ast.AST]]:
+    """The script's tree (its parser and flags: the script's, even where the loop was located in a
+    module of its project) and the trees of the project modules it imports."""
+    from pathlib import Path
+
+    from gpudoctor.fix.project import local_modules
+
+    tree, path = found.ctx.tree, Path(getattr(found.ctx, "path", "") or "")
+    if found.file and found.script:
+        try:
+            path = Path(found.script)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            return found.ctx.tree, []
+    if not path.is_file():
+        return tree, []
+    trees = []
+    for module, _ in local_modules(path, tree):
+        try:
+            trees.append(ast.parse(module.read_text(encoding="utf-8")))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+    return tree, trees
+
+
+def _kinds_of(tree: ast.AST, option: Option, modules: list[ast.AST] | None = None) -> set[str]:
     """The change kinds the code ``option`` guards implements."""
     out = set()
     for code, keyword in guarded(tree, option.dest):
@@ -127,6 +186,8 @@ def _kinds_of(tree: ast.AST, option: Option) -> set[str]:
             out.add(KEYWORDS[keyword])
             continue
         signs = _does(code)
+        if keyword and keyword != "enabled" and isinstance(code, ast.Call) and modules is not None:
+            signs = _callee_signs(code, keyword, [tree, *modules])
         if keyword == "enabled" and "autocast" not in signs:
             continue
         out |= {kind for kind, (sign, _) in SIGNS.items() if sign in signs}
@@ -172,20 +233,21 @@ def _workers_option(tree: ast.AST, options: dict[str, Option | None]) -> Option 
 def switch_edits(found, kind: str, loader=None) -> tuple[OptionEdit, ...]:
     """The options to give for ``kind`` (``value`` ``""``: a bare flag), or ``()`` where the script
     has no switch for it. ``loader``: the plan's :class:`~gpudoctor.analysis.knob_map.LoaderPlan`."""
-    tree = found.ctx.tree
+    tree, modules = _script(found)
     options = parser_options(tree)
     longs = long_flags(tree)
     if kind == "loader" and loader is not None:
         return _loader_edits(tree, options, longs, loader)
     want = {"pin_memory": "pin_memory", "persistent": "persistent"}.get(kind, kind)
-    flags = [o for o in options.values() if o is not None and _off(o) and want in _kinds_of(tree, o)]
+    defaults = _set_defaults(tree)
+    flags = [o for o in options.values() if o is not None and _off(o, defaults) and want in _kinds_of(tree, o, modules)]
     precision = _bf16_option(tree, options) if kind == "bf16" else None
     if not flags and precision is not None and any(SIGNS["bf16"][0] in _does(c) or k == "enabled"
                                                    for c, k in guarded(tree, precision[0].dest)):
         flags = []  # the precision option turns autocast on by itself (``enabled=args.precision != "fp32"``)
     elif not flags:
         return ()
-    edits = [OptionEdit(flags=o.flags, value="", longs=longs) for o in flags[:1]]
+    edits = [OptionEdit(flags=o.flags, value="true" if _bool_typed(o) else "", longs=longs) for o in flags[:1]]
     if precision is not None:
         edits.append(OptionEdit(flags=precision[0].flags, value=precision[1], longs=longs,
                                 was=ast.unparse(precision[0].default) if precision[0].default is not None else ""))
@@ -199,9 +261,11 @@ def _loader_edits(tree, options, longs, plan) -> tuple[OptionEdit, ...]:
         edits.append(OptionEdit(flags=workers.flags, value=str(plan.workers), was=str(workers.default.value),
                                 longs=longs))
     for kind, wanted in (("pin_memory", plan.pin_memory), ("persistent", plan.persistent_workers)):
-        flag = next((o for o in options.values() if o is not None and _off(o) and kind in _kinds_of(tree, o)), None)
+        defaults = _set_defaults(tree)
+        flag = next((o for o in options.values() if o is not None and _off(o, defaults) and kind in _kinds_of(tree, o)),
+                    None)
         if wanted and flag is not None:
-            edits.append(OptionEdit(flags=flag.flags, value="", longs=longs))
+            edits.append(OptionEdit(flags=flag.flags, value="true" if _bool_typed(flag) else "", longs=longs))
     return tuple(edits)
 
 
@@ -216,8 +280,12 @@ def switch_change(kind: str, finding, found, why: str, loader=None) -> Change | 
     if not edits:
         return None
     words = " ".join(e.flags[0] if not e.value else f"{e.flags[-1]} {e.value}" for e in edits)
-    why = f"the loader's workers and memory through the script's own {words}" if kind == "loader" else \
-        f"{why} (the script's own {words})"  # the loader's flags set only part of the code change
+    if kind == "loader":  # the loader's flags set only part of the code change
+        why = f"the loader's workers and memory through the script's own {words}"
+    elif kind == "bf16" and len(edits) == 1 and not edits[0].value.lower().startswith("bf"):
+        why = f"precision: the script's own mixed precision, {words} (autocast in the dtype the script sets)"
+    else:
+        why = f"{why} (the script's own {words})"
     return Change(kind=kind, code=finding.code, why=why, ops=(),
                   precision=kind in ("bf16", "fp16", "tf32"), file="", switches=edits)
 

@@ -211,3 +211,56 @@ def test_one_flag_is_one_change():
     """timm's --pin-mem answers the loader finding and the pageable-copy finding: planned once."""
     _, plan, _ = planned(TIMM_LIKE, "GD-RUN-DATALOADER", "GD-RUN-H2D-PAGEABLE")
     assert [c.kind for c in plan.changes] == ["loader"]
+
+
+ENGINE = """
+import torch
+
+
+def train_one_epoch(model, loader, opt, use_amp=False):
+    for x, y in loader:
+        if use_amp:
+            with torch.cuda.amp.autocast():
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+        else:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+"""
+
+CONVNEXT_LIKE = """
+import argparse
+import torch
+from engine import train_one_epoch
+
+
+def str2bool(v):
+    return v.lower() in ("yes", "true", "1")
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--use_amp', type=str2bool, default=False)
+parser.add_argument('--pin-mem', action='store_true')
+parser.set_defaults(pin_mem=True)
+args = parser.parse_args()
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4), torch.zeros(8).long()),
+                                     pin_memory=args.pin_mem)
+for epoch in range(2):
+    train_one_epoch(model, loader, opt, use_amp=args.use_amp)
+"""
+
+
+def test_a_flag_passed_to_a_project_module_and_set_defaults(tmp_path: Path):
+    """ConvNeXt: ``--use_amp`` (``type=str2bool``) is passed as ``use_amp=`` to engine.py's
+    ``train_one_epoch``, which autocasts under it: the switch is ``--use_amp true``, found through
+    the callee although the loop is located in engine.py. DeiT's ``--pin-mem`` is
+    ``store_true`` with ``set_defaults(pin_mem=True)``: on already, no switch."""
+    (tmp_path / "engine.py").write_text(ENGINE, encoding="utf-8")
+    script = tmp_path / "main.py"
+    script.write_text(CONVNEXT_LIKE, encoding="utf-8")
+    found, plan, _ = planned(CONVNEXT_LIKE, "GD-RUN-FP32-COMPUTE", "GD-RUN-H2D-PAGEABLE", path=script)
+    assert found.file.endswith("engine.py")
+    assert _words(_switch(plan, "bf16")) == ["--use_amp", "true"]
+    assert all(not c.switches for c in plan.changes if c.kind != "bf16")  # --pin-mem is on by default
