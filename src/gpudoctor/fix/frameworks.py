@@ -143,6 +143,48 @@ def _option_for(found, value: ast.AST, wanted: str):
                       longs=long_flags(found.ctx.tree))
 
 
+def _chain(node: ast.AST) -> list[str] | None:
+    """``cfg.trainer.precision`` -> ``["cfg", "trainer", "precision"]``; ``None`` for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(parts)] if isinstance(node, ast.Name) else None
+
+
+def _hydra_root(found, call: ast.Call) -> str:
+    """The config parameter of the ``@hydra.main(...)`` function holding ``call`` (``""``: none)."""
+    for func in ast.walk(found.ctx.tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.args.args \
+                and any(isinstance(d, ast.Call) and found.ctx.qualname(d.func) == "hydra.main" for d in func.decorator_list) \
+                and any(n is call for n in ast.walk(func)):
+            return func.args.args[0].arg
+    return ""
+
+
+def _hydra_overrides(found, call: ast.Call, kwargs) -> tuple:
+    """Hydra's ``++path=value`` overrides (add or override) for ``kwargs`` where the call reads
+    them from the ``@hydra.main`` config: ``Trainer(**cfg.trainer)`` -> ``++trainer.precision=bf16-mixed``,
+    ``Trainer(precision=cfg.train.precision)`` -> ``++train.precision=bf16-mixed``; ``()`` where any
+    keyword is not read from the config that way."""
+    from gpudoctor.fix.ops import OptionEdit
+
+    root = _hydra_root(found, call)
+    if not root:
+        return ()
+    given = {k.arg: _chain(k.value) for k in call.keywords if k.arg}
+    stars = [_chain(k.value) for k in call.keywords if k.arg is None]
+    out = []
+    for key, value in kwargs:
+        path = given.get(key) if key in given else (stars[0] + [key] if len(stars) == 1 and stars[0] else None)
+        if not path or path[0] != root or len(path) < 2:
+            return ()
+        text = value.strip('"')
+        text = text.lower() if text in ("True", "False") else text
+        out.append(OptionEdit(flags=(f"++{'.'.join(path[1:])}={text}",), value=""))
+    return tuple(out)
+
+
 def _lightning_1x(call: ast.Call | None) -> bool:
     return call is not None and any(k.arg == "gpus" for k in call.keywords)
 
@@ -173,6 +215,11 @@ def framework_change(kind: str, finding, found, why: str, loader=None) -> tuple[
     advice = f"{NAMES[fw]} drives the step: its own knob is {text} ({knob.why})"
     if not kwargs or knob.call == "" or call is None:
         return None, advice
+    overrides = _hydra_overrides(found, call, kwargs)
+    if overrides:  # Hydra: the call reads the config; its override on the command line
+        words = " ".join(e.flags[0] for e in overrides)
+        return Change(kind=kind, code=finding.code, why=f"{why} ({NAMES[fw]}'s {knob.call} from the Hydra config: "
+                      f"{words})", ops=(), precision=kind in ("bf16", "fp16", "tf32"), switches=overrides), ""
     if any(k.arg is None for k in call.keywords):
         return None, advice + f"; the {knob.call}(...) at line {call.lineno} takes **kwargs: set it there"
     given = {k.arg: k.value for k in call.keywords}

@@ -144,3 +144,22 @@ def test_accelerate_precision_from_the_scripts_own_option():
     no_choice = source.replace(", choices=['no', 'fp16', 'bf16', 'fp8']", "")
     _, plan, _ = planned(no_choice, "GD-RUN-FP32-COMPUTE")
     assert "reads your configuration" in advice(plan, "bf16")  # no choices: the spelling is not known
+
+
+def test_hydra_config_override_on_the_command_line():
+    """A Hydra script whose Trainer takes its keywords from the config: the change is Hydra's
+    ``++trainer.precision=bf16-mixed`` override (add or override) on the command line."""
+    source = LIGHTNING.replace("import lightning as L\n", "import hydra\nimport lightning as L\n").replace(
+        "def main():", '@hydra.main(config_path="conf", config_name="train", version_base=None)\ndef main(cfg):').replace(
+        'L.Trainer(max_epochs=1, accelerator="auto")', "L.Trainer(**cfg.trainer)")
+    _, plan, fixed = planned(source, "GD-RUN-FP32-COMPUTE")
+    assert "L.Trainer(**cfg.trainer)" in fixed  # the source is not patched
+    flags = {c.kind: [e.flags[0] for e in c.switches] for c in plan.changes}
+    assert flags["bf16"] == ["++trainer.precision=bf16-mixed"] and flags["cudnn_benchmark"] == ["++trainer.benchmark=true"]
+    from gpudoctor.cli.fix_flow import argv_for
+
+    assert argv_for(("python", "train.py", "data=x"), plan.changes)[0] == (
+        "data=x", "++trainer.benchmark=true", "++trainer.precision=bf16-mixed")
+    keyword = source.replace("L.Trainer(**cfg.trainer)", "L.Trainer(precision=cfg.train.precision)")
+    _, plan, _ = planned(keyword, "GD-RUN-FP32-COMPUTE")
+    assert [e.flags[0] for e in _change(plan, "bf16").switches] == ["++train.precision=bf16-mixed"]
