@@ -235,7 +235,9 @@ def plan(path: Path, device: str, drop: tuple[str, ...] = ()) -> dict:
             except SyntaxError:
                 parses[rel(f)] = False
     return {"changes": [{"kind": c.kind, "code": c.code, "file": rel(c.file),
-                         "lines": sorted({o.at[0] for o in c.ops})} for c in changes],
+                         "lines": sorted({o.at[0] for o in c.ops}),
+                         "switches": [w for e in c.switches for w in (e.flags[-1] if e.value else e.flags[0], e.value) if w]}
+                        for c in changes],
             "dropped": [c.kind for c in dropped], "advice": [f"{a.code} {a.reason}" for a in p.advice],
             "notes": list(found.notes), "parses": parses,
             "diff": "".join(unified_diff(sources[f], fixed[f], rel(f)) for f in sources if fixed[f] != sources[f]),
@@ -317,7 +319,8 @@ def markdown(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r["plan"]
-        changes = "; ".join(f"{c['kind']} ({c['file']}: {', '.join(map(str, c['lines']))})" for c in p["changes"]) or "-"
+        changes = "; ".join(f"{c['kind']} (command line: {' '.join(c['switches'])})" if c.get("switches") else
+                            f"{c['kind']} ({c['file']}: {', '.join(map(str, c['lines']))})" for c in p["changes"]) or "-"
         adv = ", ".join(sorted({a.split(":")[0].split(" ", 1)[1] for a in p["advice"]
                                 if not a.split(" ", 1)[1].startswith("batch")})) or "-"
         parses = ("yes" if all(p["parses"].values()) else "NO") if p["parses"] else "-"

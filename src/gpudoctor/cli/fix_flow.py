@@ -67,6 +67,9 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
         return b_out.exit_code or 1
     config = b_run.configs[min(b_run.configs)] if b_run.configs else None
     changes, advice, lint_codes = _plan(source, script, found, findings or [], config)
+    from gpudoctor.fix.switches import given_switches
+
+    changes, advice = given_switches(changes, advice, tuple(args), findings or [])  # a switch already on: nothing to measure
     sources = {"": source}
     if found.file:  # the loop lives in another module of the project: that file is patched too
         sources[found.file] = Path(found.file).read_bytes().decode("utf-8")
@@ -78,7 +81,8 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
     finally:
         restore(env)
     changed = [f for f in sources if finals[f] != sources[f]]
-    code = 1 if advice and not changed else 0
+    flags = [o.change for o in outcomes if o.change.switches and (o.kept or not measure)]
+    code = 1 if advice and not changed and not flags else 0
     backups = [write_fixed(Path(f) if f else script, sources[f], finals[f]) for f in changed] if write else []
     diff = "".join(_diffs(sources, finals, script))
     argv, said = argv_for(command, [o.change for o in outcomes if o.kept])
@@ -89,9 +93,12 @@ def fix_script(script: Path, args: tuple[str, ...], *, write: bool, measure: boo
         emit_json({**payload, **_options_payload(script, argv, said)})
         return code
     from gpudoctor.fix.options import shown
+    from gpudoctor.fix.switches import switch_lines
     from gpudoctor.fix.view import command_lines
 
     lines = command_lines(said, shown(argv, str(script)), measured=any(o.kept and o.comparison for o in outcomes))
+    lines = [ln for ln in lines if not (flags and ln.startswith("    "))] + switch_lines(
+        flags, shown(argv, str(script)), measure)
     _render(console, script, diff, outcomes, advice, b_run, final_cmp, final_run, lines)
     for f, saved in zip(changed, backups):
         console.print(f"wrote {f or script} (the original kept as {saved})", highlight=False, markup=False)
@@ -173,7 +180,7 @@ def _measure_all(sources, script, changes, lint_codes, command, base, b_out, b_r
     outcomes: list[Outcome] = []
     for i, change in enumerate(changes, 1):
         code, dropped = patch_all(sources, script, [change])
-        if dropped or code == sources:
+        if dropped or (code == sources and argv_for(command, [change])[0] == tuple(command[2:])):
             continue  # not applicable whole: planned but not located (reported by the plan)
         if not measure:
             outcomes.append(Outcome(change=change))
@@ -205,8 +212,10 @@ def argv_for(command: tuple[str, ...], changes: list) -> tuple[tuple[str, ...], 
     given on the command line, gets the new value there too (a default does not change what the
     command line sets); and each such option with how the command line set it."""
     from gpudoctor.fix.options import command_line
+    from gpudoctor.fix.switches import add_switches
 
-    return command_line(tuple(command[2:]), [e for c in changes for e in c.options])
+    argv, said = command_line(tuple(command[2:]), [e for c in changes for e in c.options])
+    return add_switches(argv, [e for c in changes for e in c.switches]), said
 
 
 def _first_try(comparison) -> Any:
@@ -288,6 +297,7 @@ def _payload(script, diff, outcomes, advice, b_run, final_cmp, final_run, backup
         return {"kind": outcome.change.kind, "code": outcome.change.code, "why": outcome.change.why,
                 "file": outcome.change.file or str(script),
                 "precision": outcome.change.precision, "kept": outcome.kept,
+                "switches": [[*e.flags[:1], *([e.value] if e.value else [])] for e in outcome.change.switches],
                 "verdict": j.verdict if j is not None else None, "gain": j.gain if j is not None else None,
                 "noise": j.noise if j is not None else None,
                 "runs": [len(j.baseline), len(j.tried)] if j is not None else None}

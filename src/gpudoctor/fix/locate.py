@@ -66,7 +66,8 @@ class Located:
     conv: bool = False  # the file builds convolutions
     notes: list[str] = field(default_factory=list)
     file: str = ""  # the file located, when it is not the script (a module of its project)
-    import_root: str = ""  # that module's folder on sys.path
+    import_root: str = ""
+    script: str = ""  # the script's path where the located file is a module of its project (fix.switches)  # that module's folder on sys.path
 
     def pos(self, node: ast.AST) -> Pos:
         """``(line, character column)`` of ``node`` (ast columns count UTF-8 bytes)."""

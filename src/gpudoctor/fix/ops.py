@@ -81,6 +81,9 @@ class Change:
             of the script's project (:mod:`gpudoctor.fix.project`); ``""``: the script.
         options: the command-line options whose defaults its ops set: a command line that sets
             one itself is measured (and shown) with the new value instead.
+        switches: the script's own options that turn this fix on (:mod:`gpudoctor.fix.switches`;
+            ``value`` ``""``: a bare flag): a command-line change, its ``ops`` empty; the patched
+            run is the same script with them given.
     """
 
     kind: str
@@ -90,6 +93,7 @@ class Change:
     precision: bool = False
     file: str = ""  # the file its ops are in, when not the script (a module of its project)
     options: tuple[OptionEdit, ...] = ()
+    switches: tuple[OptionEdit, ...] = ()
 
     @property
     def comment(self) -> str:

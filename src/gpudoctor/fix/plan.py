@@ -41,13 +41,14 @@ from gpudoctor.analysis.facts import main_loader
 from gpudoctor.analysis.knob_map import fp32_knobs, loader_plan
 from gpudoctor.analysis.prescription import ms
 from gpudoctor.analysis.tail_rules import CODE_STALL, epoch_work_fix
+from gpudoctor.fix.frameworks import framework_change
 from gpudoctor.fix.hazards import own_ops_reason
 from gpudoctor.fix.loader import loader_ops, pair_persistent
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
 from gpudoctor.fix.metrics import item_accumulations
 from gpudoctor.fix.models import model_ops
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op, OptionEdit
-from gpudoctor.fix.options import switch
+from gpudoctor.fix.switches import autocast_call, own_switch, switch_change
 from gpudoctor.lint.rules.gd401_data_parallel import QUALS as DATA_PARALLEL
 from gpudoctor.records.finding import Finding
 from gpudoctor.records.gpu_specs import match_spec
@@ -120,6 +121,9 @@ def plan_fix(found: Located, findings: list[Finding], config: RankConfig | None)
             if kind == "non_blocking" and any("non_blocking" in dict(o.kwargs) for c in plan.changes for o in c.ops):
                 continue  # the host tensors' pinning made the copies non-blocking already
             change, reason = _change(kind, finding, found, config, on_gpu)
+            if change is not None and change.switches and any(
+                    set(change.switches) <= set(c.switches) for c in plan.changes):
+                continue  # the same flags as a change planned already (timm's --pin-mem in the loader change)
             if change is not None and change.kind == "loader" and _sets_pin(change):
                 plan.changes = [c for c in plan.changes if c.kind != "pin_memory"]
             if change is not None:
@@ -227,6 +231,13 @@ def _pinned(found: Located) -> bool:
 def _change(kind: str, finding: Finding, found: Located, config: RankConfig | None,
             on_gpu: bool) -> tuple[Change | None, str]:
     code = finding.code
+    loader = loader_plan(main_loader(config), config, on_gpu)
+    flagged = switch_change(kind, finding, found, WHY[kind], loader)
+    if flagged is not None:  # the script's own flag implements it: a command-line change
+        return flagged, ""
+    framed = framework_change(kind, finding, found, WHY[kind], loader)
+    if framed is not None:  # Lightning, HF Trainer, Accelerate: the framework's own knob
+        return framed
     if found.loop is None:
         return None, "; ".join(found.notes) or "the training loop was not found"
     if kind in ("cudnn_benchmark", "tf32", "channels_last", "bf16", "compile") and not found.torch_name:
@@ -265,7 +276,7 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
                                                  "torch.backends.cudnn.allow_tf32 = True"))], ""
     if kind == "bf16":
         if found.autocast:
-            return [], "the script already uses autocast" + _own_switch(found, _autocast_call(found))
+            return [], "the script already uses autocast" + own_switch(found, autocast_call(found))
         bce = bce_blocker(found)
         if bce:
             return [], bce
@@ -338,7 +349,7 @@ def compile_blocker(found: Located) -> str:
                 isinstance(func, ast.Attribute) and func.attr == "compile" and not call.args
                 and (ctx.qualname(func.value) or "").partition(".")[0] not in ("re", "regex")):
             return (f"the script compiles already (line {call.lineno}): turn on its own switch for it "
-                    "rather than compiling twice" + _own_switch(found, call))
+                    "rather than compiling twice" + own_switch(found, call))
         if (ctx.qualname(func) == "torch.autograd.grad"
                 and any(k.arg == "create_graph" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                         for k in call.keywords)):
@@ -349,19 +360,6 @@ def compile_blocker(found: Located) -> str:
                     "would run the compiled original module; move to DistributedDataParallel (lint GD401), "
                     "then compile")
     return ""
-
-
-def _autocast_call(found: Located) -> ast.Call | None:
-    def name(call: ast.Call) -> str:
-        return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-
-    return next((c for c, _ in found.ctx.calls if name(c) == "autocast"), None)
-
-
-def _own_switch(found: Located, node: ast.AST | None) -> str:
-    """``: run it with --amp`` where an off-by-default flag of the script turns ``node`` on."""
-    flag = switch(found, node) if node is not None else ""
-    return f": it is behind the script's own {flag}, off by default; run it with {flag}" if flag else ""
 
 
 def _persistent_ops(found: Located, data: dict[str, float]) -> tuple[list[Op], str]:

@@ -92,6 +92,7 @@ def locate_project(script: Path, source: str) -> Located:
     its project that has. Raises ``SyntaxError`` when the script does not parse. ``conv`` is also
     true when the model's convolutions are built in a module of the project it imports."""
     found = _locate(script, source)
+    found.script = str(script)
     if found.loop is not None and not found.conv:
         found.conv = imports_conv(Path(found.file) if found.file else script, found.ctx.tree)
     if found.loop is not None and not (found.custom_ops and found.h5py_init):
