@@ -105,8 +105,15 @@ posts met through 21 plain user queries, taken in rank order (benchmarks/results
 titles with no traceback): **20 of 29 correct before any change** (18 right, 2 honest "unknown"; 0 wrong;
 9 missed: `... found at least two devices`, `Expected scalar type Half, but found Float`, `DataLoader
 worker exited unexpectedly` without pids, `CUBLAS_STATUS_NOT_INITIALIZE`, a DDP or `barrier()` hang in
-words, a GPU idle or waiting for its input in words); 29 of 29 after, fitted, no new entry. On failures
-produced for real on an H200: 12 of 12.
+words, a GPU idle or waiting for its input in words); 29 of 29 after, fitted, no new entry. A tenth
+fresh set came from GitHub issue threads of mid-popularity training projects (kohya_ss, timm,
+detectron2, mmdetection, yolov5, LLaVA, FastChat, NeMo, litgpt, InternVL; one query per project, rank
+order; benchmarks/results/explain_heldout10.md: 27 reports with tqdm bars, rich boxes, NCCL WARN lines,
+titles and prose): **23 of 27 correct before any change** (18 right, 5 honest "unknown"; 0 wrong;
+4 missed: torch 1.x's `cuda runtime error (804) : forward compatibility was attempted on non supported
+HW`, NCCL's `Bootstrap : no socket interface found`, a title's `OOM on finetuning ... on 4*A800 80G`,
+a title's `grad = nan`); 27 of 27 after, fitted, no new entry. On failures produced for real on an
+H200: 12 of 12.
 
 ## How a long log is read
 

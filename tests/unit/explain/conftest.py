@@ -45,7 +45,8 @@ def check_heldout_case(folder: Path, name: str, case: dict) -> None:
 
 # the held-out sets in the order they were built: each is checked fresh against those before it
 HELDOUT_SETS = ("explain_heldout", "explain_heldout2", "explain_heldout3", "explain_heldout4", "explain_heldout5",
-                "explain_heldout6", "explain_heldout7", "explain_heldout8", "explain_heldout9")
+                "explain_heldout6", "explain_heldout7", "explain_heldout8", "explain_heldout9",
+                "explain_heldout10")
 _ISSUE = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$")
 # a public page (Q&A, forum, blog): any http(s) address with a host
 _PAGE = re.compile(r"^https?://[^/\s]+\.[a-z]{2,}(?:[/?]\S*)?$", re.IGNORECASE)
