@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpudoctor.cli.fix_flow import _measure_all, argv_for
 from gpudoctor.fix.switches import add_switches, given_switches, switch_lines
 from gpudoctor.fix.ops import OptionEdit
@@ -264,3 +266,24 @@ def test_a_flag_passed_to_a_project_module_and_set_defaults(tmp_path: Path):
     assert found.file.endswith("engine.py")
     assert _words(_switch(plan, "bf16")) == ["--use_amp", "true"]
     assert all(not c.switches for c in plan.changes if c.kind != "bf16")  # --pin-mem is on by default
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_command_to_run_reads_at_both_widths(width: int, golden) -> None:
+    """The prose wraps at the terminal's width; the command itself is never wrapped (copied whole)."""
+    import io
+
+    from rich.console import Console
+
+    from gpudoctor.fix.view import print_lines
+
+    _, plan, _ = planned(TIMM_LIKE, "GD-RUN-FP32-COMPUTE", config=GPU)
+    changes = [c for c in plan.changes if c.switches]
+    assert changes, plan
+    command = add_switches(("python", "train.py", "data/", "--model", "resnet50", "-b", "128"),
+                           [e for c in changes for e in c.switches])
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    print_lines(console, switch_lines(changes, " ".join(command), measured=True))
+    text = console.file.getvalue()
+    assert f"\n    {' '.join(command)}\n" in text
+    golden(f"fix/switch_command-{width}.txt", text)
