@@ -51,6 +51,7 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
     tops = {q.split(".")[0] for q in ctx.imports.values()}
     if "torch" not in tops and tops & _OTHER_FRAMEWORKS:
         ctx.uses_cuda = ctx.uses_gpu = False
+        ctx.other_framework = True
     for _ in range(2):  # two rounds resolve a local base class defined after its subclass
         for cls in classes:
             for base in cls.bases:
