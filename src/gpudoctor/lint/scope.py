@@ -75,6 +75,7 @@ class FileContext:
     uses_gpu: bool = False  # names CUDA, NCCL, torch.accelerator or a device: the code targets a GPU
     torch_floor: tuple[int, ...] | None = None  # the project's declared lowest torch (project.py)
     torch_ceiling: tuple[int, ...] | None = None  # every declared torch is below this (a pin), project.py
+    other_framework: bool = False  # imports MXNet/TensorFlow/JAX/... and never torch (walker.py)
     is_test: bool = False  # a test module (test_*.py, *_test(s).py, *-test(s).py, conftest.py): toy data
     holds_tests: bool = False  # a test module that holds tests (test_* functions, pytest/unittest, conftest)
     cv2_threads_elsewhere: bool = False  # another file of the project calls cv2.setNumThreads

@@ -26,6 +26,42 @@ _COMPATIBLE = ({"tensor", "cuda_tensor"}, {"module", "wrapper"})
 # GPU frameworks other than PyTorch: a file importing one of them and never torch runs its GPU
 # work there, and the torch advice (torch.cuda.synchronize, DataLoader workers) does not apply
 _OTHER_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "jax", "paddle", "oneflow", "mindspore", "cupy"})
+_ACCEL_WORD = re.compile(r"cuda|nccl|gpu|accelerator|mps|xla|xpu|hpu|npu", re.IGNORECASE)
+
+
+def _cpu_device(node: ast.AST | None) -> bool:
+    """``torch.device("cpu")`` or ``"cpu"``."""
+    if isinstance(node, ast.Call) and call_name(node) == "device" and len(node.args) == 1:
+        node = node.args[0]
+    return isinstance(node, ast.Constant) and node.value == "cpu"
+
+
+def _cpu_only(tree: ast.Module) -> bool:
+    """Every device the code names is the CPU (``device = torch.device("cpu")``, the CUDA line left
+    commented out, as in teaching scripts): no string, name or attribute names an accelerator, no
+    parameter or attribute brings a device from elsewhere, and every ``device`` value is the CPU."""
+    saw_cpu = False
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                and _ACCEL_WORD.search(node.value)):
+            return False  # a docstring saying "uncomment to run on GPU" is prose, not a device
+        if isinstance(node, ast.Attribute) and (
+                _ACCEL_WORD.search(node.attr) or (node.attr == "device" and id(node) not in callees)):
+            return False
+        if isinstance(node, ast.Name) and _ACCEL_WORD.search(node.id):
+            return False
+        if isinstance(node, ast.arg) and "device" in node.arg:
+            return False
+        if isinstance(node, ast.Call) and call_name(node) == "device":
+            if not _cpu_device(node):
+                return False
+            saw_cpu = True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and "device" in t.id for t in node.targets):
+            if not _cpu_device(node.value):
+                return False
+    return saw_cpu
 
 
 def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
@@ -48,9 +84,12 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
                 ctx.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.ClassDef):
             classes.append(node)
+    if ctx.uses_gpu and _cpu_only(tree):  # names a device, and the only one is the CPU
+        ctx.uses_cuda = ctx.uses_gpu = False
     tops = {q.split(".")[0] for q in ctx.imports.values()}
     if "torch" not in tops and tops & _OTHER_FRAMEWORKS:
         ctx.uses_cuda = ctx.uses_gpu = False
+        ctx.other_framework = True
     for _ in range(2):  # two rounds resolve a local base class defined after its subclass
         for cls in classes:
             for base in cls.bases:

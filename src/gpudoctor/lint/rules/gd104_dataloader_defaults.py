@@ -43,7 +43,10 @@ RATIONALE = (
     "(`test_*.py`, `*_test.py`, `conftest.py`) are skipped: their loaders feed a few toy samples to "
     "check behaviour, not throughput. Nor is a loader over constants or indices written in place "
     "(`[0 for _ in range(20)]`, `[0] * 8`, `range(n)`) unless its `collate_fn` loads: a dummy loader "
-    "made so `accelerator.prepare` takes a DeepSpeed model is never iterated for data."
+    "made so `accelerator.prepare` takes a DeepSpeed model is never iterated for data. Nor is a "
+    "loader whose Dataset holds only tensors written out as literals in the source "
+    "(`X = torch.tensor([[-1.2, 3.1], [-0.9, 2.9]])`, the toy sets of textbooks): a few numbers, "
+    "nothing to load in workers or worth pinning."
 )
 BAD = "loader = DataLoader(train_set, batch_size=64, shuffle=True)\n"
 GOOD = "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)\n"
@@ -91,6 +94,29 @@ def _constant_items(ctx: FileContext, call: ast.Call, func: object) -> bool:
     return getitem is not None and not any(
         isinstance(n, ast.Call) or (isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)
                                     and _mentions_self_attr(n.value)) for n in ast.walk(getitem))
+
+
+def _literal_tensor(ctx: FileContext, node: ast.AST, func: object) -> bool:
+    """``torch.tensor([[1.0, 2.0], [3.0, 4.0]])`` (also through a name every assignment of which is
+    one): numbers written out in the source."""
+    if isinstance(node, ast.Name):
+        values = ctx.assigned(node.id, func)
+        return bool(values) and all(_literal_tensor(ctx, v, func) for v in values)
+    if not (isinstance(node, ast.Call) and (ctx.qualname(node.func) or "") in ("torch.tensor", "torch.Tensor")
+            and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
+        return False
+    return all(isinstance(n, (ast.List, ast.Tuple, ast.Constant, ast.UnaryOp, ast.USub, ast.Load))
+               for n in ast.walk(node.args[0]))
+
+
+def _literal_data(ctx: FileContext, call: ast.Call, func: object) -> bool:
+    """Every Dataset the loader can get is built from literal tensors only (``ToyDataset(X, y)``
+    with ``X = torch.tensor([[...], ...])``): a handful of numbers typed into the source."""
+    data = call.args[0] if call.args else kwarg(call, "dataset")
+    values = ctx.assigned(data.id, func) if isinstance(data, ast.Name) else [data]
+    return bool(values) and all(
+        isinstance(v, ast.Call) and bool(v.args) and not v.keywords and all(_literal_tensor(ctx, a, func) for a in v.args)
+        for v in values)
 
 
 def _mentions_self_attr(node: ast.AST) -> bool:
@@ -317,7 +343,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
         if ctx.qualname(call.func) not in LOADERS or has_star_kwargs(call) or _yields_cuda(ctx, call, where.func):
             continue
         if (_one_batch_only(ctx, call, where.func) or _constant_items(ctx, call, where.func)
-                or _constants_only(ctx, call, where.func)):
+                or _constants_only(ctx, call, where.func) or _literal_data(ctx, call, where.func)):
             continue
         problems, _ = missing(call, ctx, where.func)
         if problems:

@@ -30,7 +30,9 @@ RATIONALE = (
     "around it is checked, and "
     "with none (a per-step `train_step` method) the rule is silent."
     " Test modules (`test_*.py`, `*_test.py`, `conftest.py`) are skipped: an optimizer-equivalence test sets or "
-    "accumulates the same gradients for both optimizers on purpose."
+    "accumulates the same gradients for both optimizers on purpose. Nor is a file that imports "
+    "another framework (MXNet, TensorFlow, JAX, ...) and never torch: Gluon's `trainer.step` after "
+    "`loss.backward()` needs no clearing (its gradients are overwritten by each backward)."
 )
 BAD = "for x, y in loader:\n    criterion(model(x), y).backward()\n    optimizer.step()\n"
 GOOD = ("for x, y in loader:\n    optimizer.zero_grad()\n    criterion(model(x), y).backward()\n"
@@ -77,6 +79,8 @@ def _passed_functions(ctx: FileContext, loop: ast.AST) -> set[str]:
 
 def check(ctx: FileContext) -> Iterator[Hit]:
     if ctx.is_test:  # optimizer-equivalence tests set or accumulate gradients alike on purpose
+        return
+    if ctx.other_framework:  # MXNet Gluon's ``trainer.step`` after ``loss.backward()``: gradients overwritten
         return
     if ".backward(" not in ctx.source or "dist_autograd" in ctx.source:
         return  # distributed autograd keeps each context's gradients apart: nothing accumulates
