@@ -289,6 +289,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="the .md table (the .json beside it)")
     parser.add_argument("--only", default="", help="comma-separated script names")
     parser.add_argument("--title", default="gpudoctor run on public training scripts (CPU)")
+    parser.add_argument("--note", default="", help="a paragraph under the title (how the rows were made)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[],
                         help="tables' .json to render together (later files replace a script's row)")
     args = parser.parse_args()
@@ -328,10 +329,10 @@ def main() -> int:
 def write(args: argparse.Namespace, rows: list[dict]) -> None:
     """The table so far (rewritten after each script, so an interrupted run keeps its rows)."""
     head = (f"# {args.title}\n\nCommand: `PYTHONPATH=src python benchmarks/corpus/run_wild.py "
-            f"--out {args.out}`{' --only ' + args.only if args.only else ''} (2-core CPU, torch "
+            f"{' '.join(sys.argv[1:])}` (2-core CPU, torch "
             f"{__import__('torch').__version__}, no GPU). How each check is judged: the harness's "
             f"docstring.\n\n")
-    args.out.write_text(head + table(rows))
+    args.out.write_text(head + (args.note + "\n\n" if args.note else "") + table(rows))
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
 
 
