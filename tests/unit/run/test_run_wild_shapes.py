@@ -117,3 +117,27 @@ def test_a_warning_under_a_probe_names_the_file_it_names_unprobed(tmp_path: Path
 
     assert where(plain.stderr) and where(log) == where(plain.stderr)
     assert "gpudoctor" not in log
+
+
+# stdout and stderr reach gpudoctor on two pipes; a stdout line written in two parts (print's
+# text, then its newline, unbuffered) with a warning on stderr between them must stay one line
+# in stdout.log (nanoGPT's "found vocab_size" line took a warning into its middle).
+SPLIT = """
+import os, time
+os.write(1, b"found vocab_size = 65")
+time.sleep(0.4)
+os.write(2, b"UserWarning: between\\n")
+time.sleep(0.4)
+os.write(1, b"\\n")
+import torch
+opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+opt.step()
+"""
+
+
+def test_a_line_written_in_two_parts_stays_whole_in_the_log(tmp_path: Path) -> None:
+    (tmp_path / "split.py").write_text(SPLIT, encoding="utf-8")
+    gpudoctor("run", "--full", "--no-profile", "--fail-on", "never", "--out", "rd",
+              "--", sys.executable, "split.py", cwd=tmp_path, timeout=120)
+    lines = (tmp_path / "rd" / "stdout.log").read_text().splitlines()
+    assert "found vocab_size = 65" in lines and "UserWarning: between" in lines
