@@ -31,6 +31,7 @@ from pathlib import Path
 
 import gpudoctor
 from gpudoctor.collectors import instrument, outdir, rank_files, stacks
+from gpudoctor.collectors.instrument import spawn
 from gpudoctor.collectors.knobs import Knob, child_env
 from gpudoctor.collectors.supervise import Supervisor, signal_group
 from gpudoctor.collectors.watch import ProgressReporter, RunProgress, Tee, echoes, start_samplers, stop_samplers
@@ -336,6 +337,17 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
             "the script exited without a single optimizer step: gpudoctor measures training "
             "steps (optimizer.step()); nothing to diagnose"
         )
+        children = spawn.unprobed_children(run_dir)
+        if children:
+            shown = ", ".join(sorted(set(children)))
+            message = (
+                f"the probed process took no optimizer step, but started {len(children)} "
+                f"process(es) of its own before it ({shown}), which gpudoctor does not probe: "
+                "training there (Hogwild-style multiprocessing.Process) is not measured; run the "
+                "training function in the main process, or start it with "
+                "torch.multiprocessing.spawn or torchrun, whose ranks are probed"
+            )
+            notes.append(message)
     elif status == "crashed":
         message = f"the script exited with code {rc}; its last error lines are in the manifest and stdout.log"
     final = dataclasses.replace(

@@ -60,6 +60,9 @@ class Tee:
         fd = pipe.fileno()
         partial = b""  # the last, unfinished line (for the tail)
         pending = b""  # what is not echoed yet: an unfinished line
+        unlogged = b""  # an unfinished line, logged once it ends: stdout and stderr are two
+        # pipes, and a line written in two parts (print's text, then its newline) must not take
+        # the other pipe's lines into its middle
         while True:
             try:
                 chunk = os.read(fd, 65536)
@@ -67,22 +70,32 @@ class Tee:
                 break
             if not chunk:
                 break
-            with lock:
-                try:
-                    log.write(chunk)
-                    log.flush()
-                except ValueError:  # closed: a straggling grandchild wrote after the end
-                    pass
+            unlogged += chunk
+            cut = max(unlogged.rfind(b"\n"), unlogged.rfind(b"\r")) + 1
+            if cut:
+                _log(log, lock, unlogged[:cut])
+                unlogged = unlogged[cut:]
             if echo is not None:
                 pending = _echo_lines(pending + chunk, echo)
             lines = (partial + chunk).split(b"\n")
             partial = lines.pop()
             tail.extend(lines)
+        if unlogged:
+            _log(log, lock, unlogged)
         if partial:
             tail.append(partial)
         if echo is not None and pending:
             _echo_lines(pending + b"\n", echo)
         pipe.close()
+
+
+def _log(log: IO[bytes], lock: threading.Lock, data: bytes) -> None:
+    with lock:
+        try:
+            log.write(data)
+            log.flush()
+        except ValueError:  # closed: a straggling grandchild wrote after the end
+            pass
 
 
 _LINE_END = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")

@@ -19,6 +19,7 @@ import weakref
 from typing import Any
 
 from gpudoctor.collectors.instrument import grad_allreduce, grad_norm, probes
+from gpudoctor.collectors.instrument.caller_warnings import warn_as_caller
 from gpudoctor.collectors.instrument.state import S
 
 _perf = time.perf_counter
@@ -309,7 +310,7 @@ def _patch_amp(torch: Any) -> None:
     orig_step, orig_update = GradScaler.step, GradScaler.update
 
     def __init__(self, *args, **kwargs):
-        orig_init(self, *args, **kwargs)
+        warn_as_caller(orig_init, self, *args, **kwargs)
         if self.is_enabled():
             S.seen.grad_scaler = True
             S.scaler_seen = True

@@ -7,7 +7,8 @@ lazily a step or more later (:class:`~gpudoctor.collectors.instrument.lazy.LazyV
 
 Step boundaries come from ``torch.optim.optimizer.register_optimizer_step_post_hook`` (every
 optimizer, no change to the script). With several optimizers (a GAN) the first one that steps
-defines the step. GradScaler (inf/NaN gradients) skips a step in one of two ways:
+defines the step, until another steps ``HANDOFF_STEPS`` times in a row without it (``state``).
+GradScaler (inf/NaN gradients) skips a step in one of two ways:
 
 * a plain optimizer: ``scaler.step`` never calls ``optimizer.step`` (its own found-inf
   ``.item()`` decided that on the host), so no hook fires; the GradScaler wrapper records the

@@ -6,6 +6,11 @@ ranks (other interpreters below a probed process are left alone), and it hands e
 function wrapped in :class:`RankFn`, which records the spawn index as the rank until
 ``init_process_group`` says otherwise, and writes the records when the function returns (a
 ``fork``-started child never runs ``atexit``). The join loop is torch's own.
+
+Any other ``multiprocessing`` process a probed process starts before its first optimizer step
+(Hogwild's ``mp.Process(target=train)``; not a DataLoader worker, not a spawn rank) runs unprobed;
+its target is written to ``children-pid{N}.txt`` in the run directory, so that a run whose
+probed process never steps can say where its training went (:func:`unprobed_children`).
 """
 
 from __future__ import annotations
@@ -49,10 +54,63 @@ def _become_rank(index: int) -> None:
     stackdump.note_rank(S.rank)
 
 
+CHILDREN_PREFIX = "children-pid"
+_LOADER_WORKER = "torch.utils.data._utils.worker"
+
+
+def _watch_process_start() -> None:
+    """Note the target of each ``multiprocessing`` process started before the first step."""
+    import multiprocessing.process as mp_process
+
+    original = mp_process.BaseProcess.start
+    if getattr(original, "_gpudoctor", False):
+        return
+
+    @functools.wraps(original)
+    def start(self: Any) -> None:
+        try:
+            _note_child(getattr(self, "_target", None))
+        except Exception:  # noqa: BLE001 - a probe never breaks the script
+            pass
+        return original(self)
+
+    start._gpudoctor = True  # type: ignore[attr-defined]
+    mp_process.BaseProcess.start = start  # type: ignore[method-assign]
+
+
+def _note_child(target: Any) -> None:
+    from gpudoctor.collectors.instrument.state import S, is_owner
+
+    if target is None or not is_owner() or S.step > 0 or S.run_dir is None:
+        return
+    module = getattr(target, "__module__", "") or ""
+    if module.startswith(_LOADER_WORKER) or os.environ.get(ENV_SPAWN_PARENT) or isinstance(target, RankFn):
+        return
+    name = f"{module}.{getattr(target, '__qualname__', type(target).__name__)}"
+    fd = os.open(S.run_dir / f"{CHILDREN_PREFIX}{os.getpid()}.txt",
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (name + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def unprobed_children(run_dir: Any) -> list[str]:
+    """The targets noted by :func:`_note_child`, in the order they started (parent side)."""
+    from pathlib import Path
+
+    names: list[str] = []
+    for f in sorted(Path(run_dir).glob(f"{CHILDREN_PREFIX}*.txt")):
+        names += [line for line in f.read_text(errors="replace").splitlines() if line]
+    return names
+
+
 def install() -> None:
-    """Wrap ``torch.multiprocessing.start_processes`` (``spawn`` calls it) in this process."""
+    """Wrap ``torch.multiprocessing.start_processes`` (``spawn`` calls it) in this process, and
+    note other processes it starts before its first step."""
     import torch.multiprocessing  # noqa: F401 - loads the submodule
 
+    _watch_process_start()
     module = sys.modules.get("torch.multiprocessing.spawn")
     original = getattr(module, "start_processes", None)
     if original is None or getattr(original, "_gpudoctor", False):

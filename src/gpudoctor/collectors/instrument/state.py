@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from gpudoctor.records.run import RankConfig
 
 MAX_LAG_STEPS = 16  # a step whose lazy values are still missing after this many steps is written without them
+# Another optimizer takes over the step count after stepping this many times in a row (and at
+# least twice its longest earlier run) without the primary one stepping: a script that trains
+# one optimizer after another (Forward-Forward's one optimizer per layer, a pre-training phase,
+# then fine-tuning) would otherwise show no step for its whole second phase, read as a stall.
+# A GAN's optimizers alternate every iteration, and a WGAN critic's 5 steps per generator step
+# double to 10, both below it: they never hand over.
+HANDOFF_STEPS = 20
 
 
 def _deref(ref: weakref.ReferenceType[Any] | None) -> Any:
@@ -97,6 +104,8 @@ class State:
     t_origin: float = field(default_factory=time.perf_counter)
     t_last: float = 0.0  # set to t_origin in __post_init__
     primary: weakref.ReferenceType[Any] | None = None  # the optimizer that defines steps
+    others_run: int = 0  # steps of other optimizers since the primary one last stepped
+    others_longest: int = 0  # the longest such run that the primary one ended
     hook_fired: bool = False
     last_scaled: tuple[int, Any] | None = None  # (id(scaled loss), unscaled loss)
     last_loss: Any = None  # this step's loss tensor, until the boundary
@@ -158,12 +167,22 @@ class State:
         self.empty_cache = 0
 
     def set_primary(self, optimizer: Any) -> bool:
-        """Whether ``optimizer`` defines the steps: the first one seen stepping, or a new one
-        once that one was garbage-collected (a script that rebuilds its optimizer)."""
-        if _deref(self.primary) is None:
-            self.primary = weakref.ref(optimizer)
-            self.seen.optimizer_ref = self.primary
-        return self.primary() is optimizer
+        """Whether ``optimizer`` defines the steps: the first one seen stepping, a new one once
+        that one was garbage-collected (a script that rebuilds its optimizer), or one that
+        stepped :data:`HANDOFF_STEPS` times in a row while the primary one did not."""
+        primary = _deref(self.primary)
+        if primary is optimizer:
+            self.others_longest = max(self.others_longest, self.others_run)
+            self.others_run = 0
+            return True
+        if primary is not None:
+            self.others_run += 1
+            if self.others_run < max(HANDOFF_STEPS, 2 * self.others_longest):
+                return False
+        self.primary = weakref.ref(optimizer)
+        self.seen.optimizer_ref = self.primary
+        self.others_run = self.others_longest = 0
+        return True
 
     def loader_counts_of(self, loader: Any) -> LoaderCounts:
         """The counters of ``loader`` (created at its first ``iter()``)."""
