@@ -139,3 +139,45 @@ def test_relayed_switch_runs_on_cpu(tmp_path: Path):
     out = subprocess.run([sys.executable, str(tmp_path / "patched.py"), *argv], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert "amp on" in out.stdout
+
+
+# lightning-hydra-template's shape: the Trainer built from the config by hydra.utils.instantiate in
+# train(cfg), which the @hydra.main function calls with its config
+HYDRA_TEMPLATE = """
+import hydra
+import torch
+from lightning import LightningDataModule, LightningModule, Trainer
+from omegaconf import DictConfig
+
+
+def train(cfg: DictConfig):
+    datamodule: LightningDataModule = hydra.utils.instantiate(cfg.data)
+    model: LightningModule = hydra.utils.instantiate(cfg.model)
+    trainer: Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[], logger=[])
+    trainer.fit(model=model, datamodule=datamodule)
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train.yaml")
+def main(cfg: DictConfig):
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_hydra_instantiated_trainer_gets_overrides():
+    _, plan, fixed = planned(HYDRA_TEMPLATE, "GD-RUN-FP32-COMPUTE")
+    assert fixed == textwrap.dedent(HYDRA_TEMPLATE)
+    assert _words(plan, "bf16") == ["++trainer.precision=bf16-mixed"]
+    assert _words(plan, "cudnn_benchmark") == ["++trainer.benchmark=true"]
+    assert "Lightning drives the step" in advice(plan, "tf32")
+
+
+def test_instantiated_trainer_outside_hydra_main_is_advice():
+    source = HYDRA_TEMPLATE.replace('@hydra.main(version_base="1.3", config_path="../configs", '
+                                    'config_name="train.yaml")\n', "")
+    _, plan, _ = planned(source, "GD-RUN-FP32-COMPUTE")
+    assert not any(c.kind == "bf16" for c in plan.changes)
+    assert "built by hydra.utils.instantiate" in advice(plan, "bf16")
