@@ -181,3 +181,38 @@ def test_instantiated_trainer_outside_hydra_main_is_advice():
     _, plan, _ = planned(source, "GD-RUN-FP32-COMPUTE")
     assert not any(c.kind == "bf16" for c in plan.changes)
     assert "built by hydra.utils.instantiate" in advice(plan, "bf16")
+
+
+# Pytorch-UNet's step: the accumulated loss is also read by a log and a progress line every step
+SYNCED = """
+import torch
+import torch.nn as nn
+
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+loader = torch.utils.data.DataLoader(data, batch_size=4)
+log = []
+for epoch in range(2):
+    epoch_loss = 0
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        epoch_loss += loss.item()
+        log.append({'train loss': loss.item()})
+    print(f"epoch {epoch} loss {epoch_loss / len(loader):.4f}")
+print('done')
+"""
+
+
+def test_item_left_when_the_step_reads_the_same_loss_elsewhere(tmp_path: Path):
+    _, plan, fixed = planned(SYNCED, "GD-RUN-HOST-SYNC")
+    assert not any(c.kind == "item" for c in plan.changes)
+    assert "also read unguarded elsewhere" in advice(plan, "item")
+    # without the second read the accumulation is kept on the device, as before
+    _, plan, fixed = planned(SYNCED.replace("        log.append({'train loss': loss.item()})\n", ""), "GD-RUN-HOST-SYNC",
+                             config=CPU)
+    assert [c.kind for c in plan.changes] == ["item"] and "epoch_loss += loss.detach()" in fixed
+    runs(fixed, tmp_path)
