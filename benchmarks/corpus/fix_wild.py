@@ -14,7 +14,7 @@ committed):
 3. **runs**: the same plan made for the CPU (autocast on "cpu", no pinning; ``compile`` left out:
    inductor on 2 shared cores takes minutes) run under ``gpudoctor run --steps 3``.
 
-    PYTHONPATH=src:<torchvision dir> python3 benchmarks/corpus/fix_wild.py --out OUT [--set 1|2|3|4|5] [--only a,b] [--no-run]
+    PYTHONPATH=src:<torchvision dir> python3 benchmarks/corpus/fix_wild.py --out OUT [--set 1|2|3|4|5|6] [--only a,b] [--no-run]
 
 Writes OUT/wild.json, OUT/wild.md (``--set N``, N > 1: wildN.json, wildN.md) and OUT/<name>.diff.
 """
@@ -84,9 +84,11 @@ from fix_wild2 import JUDGED2, WILD2  # noqa: E402 - round two's rows, beside th
 from fix_wild3 import JUDGED3, WILD3  # noqa: E402 - round three's
 from fix_wild4 import JUDGED4, WHOLE, WILD4  # noqa: E402 - round four's
 from fix_wild5 import JUDGED5, WHOLE5, WILD5, export_notebook  # noqa: E402 - round five's
+from fix_wild6 import JUDGED6, WHOLE6, WILD6  # noqa: E402 - round six's
 
 SETS = {"1": WILD, **{n: tuple(Wild(name, repo, path, why_not=why) for name, repo, path, why in rows)
-                      for n, rows in (("2", WILD2), ("3", WILD3), ("4", WILD4), ("5", WILD5))}}
+                      for n, rows in (("2", WILD2), ("3", WILD3), ("4", WILD4), ("5", WILD5),
+                                                  ("6", WILD6))}}
 
 
 # each plan's diff (OUT/<name>.diff) read by hand: is every change at the code it is about?
@@ -155,7 +157,7 @@ def extract(w: Wild, work: Path) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    top = w.path.split("/")[0] if "/" in w.path and w.repo not in WHOLE | WHOLE5 else ""
+    top = w.path.split("/")[0] if "/" in w.path and w.repo not in WHOLE | WHOLE5 | WHOLE6 else ""
     archive = subprocess.run(["git", "--git-dir", str(git), "archive", "HEAD", *([top] if top else [])],
                              capture_output=True)
     if archive.returncode == 0:
@@ -340,7 +342,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/gpudoctor-fix-wild"))
     p.add_argument("--only", default="")
     p.add_argument("--no-run", action="store_true")
-    p.add_argument("--set", choices=sorted(SETS), default="1", help="1: round one's 14 scripts; 2: round two's 11; 3: round three's 12; 4: round four's 12; 5: round five's 12")
+    p.add_argument("--set", choices=sorted(SETS), default="1", help="1: round one's 14 scripts; 2: round two's 11; 3: round three's 12; 4: round four's 12; 5: round five's 12; 6: round six's 12")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pylib = os.environ.get("PYTHONPATH", "")
@@ -360,7 +362,7 @@ def main() -> None:
             cpu = plan(path, "cpu", drop=("compile",))
             row["patched"] = run_patched(path, cpu["fixed"], w, args.work / f"{w.name}-out", pylib) \
                 if cpu["fixed"] else None
-        row["judged"], row["note"] = {**JUDGED, **JUDGED2, **JUDGED3, **JUDGED4, **JUDGED5}.get(w.name, ("not read", ""))
+        row["judged"], row["note"] = {**JUDGED, **JUDGED2, **JUDGED3, **JUDGED4, **JUDGED5, **JUDGED6}.get(w.name, ("not read", ""))
         if w.why_not:
             row["note"] = f"{row['note']}; not run: {w.why_not}".lstrip("; ")
         print(w.name, [c["kind"] for c in row["plan"]["changes"]], row.get("cli"), row.get("patched"), flush=True)

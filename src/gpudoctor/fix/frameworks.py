@@ -9,7 +9,9 @@ per entry). Where the framework's call is in the file and the knob is a plain ke
 ``Accelerator``), it is a source change like any other: measured, kept only if faster. It is not
 patched, but advice naming the knob, where the keyword reads something else (``precision=
 cfg.precision``: set it there; a Hydra config), the call takes ``**kwargs`` (the keyword could be
-given twice), or the call is not in the file (built by ``hydra.utils.instantiate``).
+given twice), or the call is not in the file. A Trainer built by ``hydra.utils.instantiate(cfg.trainer,
+...)`` (annotated ``trainer: Trainer``) under ``@hydra.main`` gets Hydra overrides
+(``++trainer.precision=bf16-mixed``).
 
 Knob names checked against each framework's documentation (docs search, 2026-12): Lightning 2.x
 ``Trainer(precision="bf16-mixed" | "16-mixed", benchmark=True)`` (1.x: ``precision="bf16"`` or
@@ -113,6 +115,10 @@ def framework(ctx) -> tuple[str, ast.Call | None] | None:
             found.setdefault("hf_trainer", call)
         elif top == "accelerate" and last == "Accelerator":
             found.setdefault("accelerate", call)
+    for node in ast.walk(ctx.tree):  # `trainer: Trainer = hydra.utils.instantiate(cfg.trainer, ...)`
+        if isinstance(node, ast.AnnAssign) and _instantiate(ctx, node.value) and (ctx.qualname(node.annotation) or "") \
+                .partition(".")[0] in ("lightning", "pytorch_lightning") and ast.unparse(node.annotation).endswith("Trainer"):
+            found.setdefault("lightning", node.value)
     if "hf" in found or "hf_trainer" in found:
         return "hf", found.get("hf")
     for key in ("lightning", "accelerate"):
@@ -122,6 +128,12 @@ def framework(ctx) -> tuple[str, ast.Call | None] | None:
     if any(b.partition(".")[0] in ("lightning", "pytorch_lightning") and b.endswith("LightningModule") for b in bases):
         return "lightning", None
     return None
+
+
+def _instantiate(ctx, node) -> bool:
+    """``hydra.utils.instantiate(cfg.x, ...)``: the object is built from the config node ``cfg.x``."""
+    return isinstance(node, ast.Call) and bool(node.args) and (ctx.qualname(node.func) or "").startswith("hydra") \
+        and (ctx.qualname(node.func) or "").endswith("instantiate")
 
 
 def _option_for(found, value: ast.AST, wanted: str):
@@ -153,12 +165,20 @@ def _chain(node: ast.AST) -> list[str] | None:
 
 
 def _hydra_root(found, call: ast.Call) -> str:
-    """The config parameter of the ``@hydra.main(...)`` function holding ``call`` (``""``: none)."""
-    for func in ast.walk(found.ctx.tree):
-        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.args.args \
-                and any(isinstance(d, ast.Call) and found.ctx.qualname(d.func) == "hydra.main" for d in func.decorator_list) \
-                and any(n is call for n in ast.walk(func)):
-            return func.args.args[0].arg
+    """The config parameter of the ``@hydra.main(...)`` function holding ``call``, or of the function
+    holding it that the ``@hydra.main`` one calls with its config (the template's ``main(cfg)`` ->
+    ``train(cfg)``); ``""``: none."""
+    funcs = [f for f in ast.walk(found.ctx.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.args.args]
+    for main in (f for f in funcs if any(isinstance(d, ast.Call) and found.ctx.qualname(d.func) == "hydra.main"
+                                         for d in f.decorator_list)):
+        root = main.args.args[0].arg
+        if any(n is call for n in ast.walk(main)):
+            return root
+        for func in (f for f in funcs if any(n is call for n in ast.walk(f))):
+            passed = [i for c in ast.walk(main) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == func.name
+                      for i, a in enumerate(c.args) if isinstance(a, ast.Name) and a.id == root]
+            if passed and passed[0] < len(func.args.args):
+                return func.args.args[passed[0]].arg
     return ""
 
 
@@ -174,6 +194,8 @@ def _hydra_overrides(found, call: ast.Call, kwargs) -> tuple:
         return ()
     given = {k.arg: _chain(k.value) for k in call.keywords if k.arg}
     stars = [_chain(k.value) for k in call.keywords if k.arg is None]
+    if _instantiate(found.ctx, call):  # its first argument is the config node the object is built from
+        stars = [_chain(call.args[0])]
     out = []
     for key, value in kwargs:
         path = given.get(key) if key in given else (stars[0] + [key] if len(stars) == 1 and stars[0] else None)
@@ -220,6 +242,8 @@ def framework_change(kind: str, finding, found, why: str, loader=None) -> tuple[
         words = " ".join(e.flags[0] for e in overrides)
         return Change(kind=kind, code=finding.code, why=f"{why} ({NAMES[fw]}'s {knob.call} from the Hydra config: "
                       f"{words})", ops=(), precision=kind in ("bf16", "fp16", "tf32"), switches=overrides), ""
+    if _instantiate(found.ctx, call):
+        return None, advice + f"; the {knob.call} is built by hydra.utils.instantiate at line {call.lineno}: set it in its config"
     if any(k.arg is None for k in call.keywords):
         return None, advice + f"; the {knob.call}(...) at line {call.lineno} takes **kwargs: set it there"
     given = {k.arg: k.value for k in call.keywords}

@@ -34,9 +34,31 @@ def item_accumulations(found: Located) -> list[ast.Call]:
             name = node.value.func.value.id
         else:
             continue
-        if _only_formatted(scope, name, node):
-            out.append(node.value if isinstance(node, ast.AugAssign) else node.value.args[0])
+        call = node.value if isinstance(node, ast.AugAssign) else node.value.args[0]
+        if _only_formatted(scope, name, node) and not synced_elsewhere(found, call):
+            out.append(call)
     return out
+
+
+def synced_elsewhere(found: Located, call: ast.Call) -> bool:
+    """``X.item()`` is also called on the same ``X`` by another unguarded simple statement of the loop
+    (Pytorch-UNet's ``experiment.log({'train loss': loss.item()})`` beside ``epoch_loss +=
+    loss.item()``): the step syncs on ``X`` anyway, so keeping the sum on the device gains nothing."""
+    recv = ast.unparse(call.func.value)
+    return any(n is not call and isinstance(n, ast.Call) and _read(n, ("item",)) and ast.unparse(n.func.value) == recv
+               for stmt, where in found.ctx.stmts if not where.guarded and found.loop in where.loops
+               and not hasattr(stmt, "body") for n in ast.walk(stmt))
+
+
+def item_reason(found: Located) -> str:
+    """Why no ``item`` change: the metric's value is read by the step elsewhere, or no such metric."""
+    if found.loop is not None and any(
+            synced_elsewhere(found, c) for stmt, where in found.ctx.stmts
+            if not where.guarded and found.loop in where.loops and isinstance(stmt, (ast.AugAssign, ast.Expr))
+            for c in ast.walk(stmt) if isinstance(c, ast.Call) and _read(c, ("item",))):
+        return ("the loss's .item() is also read unguarded elsewhere in the step (a log or progress line): the "
+                "host sync stays; read it every N steps instead")
+    return "no `total += loss.item()` or `losses.append(loss.item())` read only in formatted output in the training loop"
 
 
 def _read(expr: ast.AST, methods: tuple[str, ...]) -> bool:

@@ -45,7 +45,7 @@ from gpudoctor.fix.frameworks import framework_change
 from gpudoctor.fix.hazards import own_ops_reason
 from gpudoctor.fix.loader import loader_ops, pair_persistent
 from gpudoctor.fix.locate import Located, epoch_loop, sampler_name
-from gpudoctor.fix.metrics import item_accumulations
+from gpudoctor.fix.metrics import item_accumulations, item_reason
 from gpudoctor.fix.models import model_ops
 from gpudoctor.fix.ops import INSERT_AFTER, INSERT_BEFORE, REPLACE, SET_KWARGS, WRAP, Advice, Change, Op, OptionEdit
 from gpudoctor.fix.switches import autocast_call, own_switch, switch_change
@@ -294,8 +294,7 @@ def _ops(kind: str, found: Located, config: RankConfig | None, on_gpu: bool) -> 
         ops = [Op(REPLACE, found.pos(c.func), found.pos(found.stmt_of(c)),
                   text=(f"{ast.get_source_segment(src, c.func.value)}.detach", ast.get_source_segment(src, c.func)))
                for c in item_accumulations(found)]
-        return ops, ("no `total += loss.item()` or `losses.append(loss.item())` read only in formatted output "
-                     "in the training loop")
+        return ops, item_reason(found)
     if kind == "set_epoch":
         sampler, outer = sampler_name(found), epoch_loop(found)
         if sampler is None or outer is None:

@@ -34,6 +34,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.fix.ops import Change, OptionEdit
+from gpudoctor.fix.flag_relays import relayed, twins
 from gpudoctor.fix.options import Option, long_flags, parser_options, switch
 
 # kind -> (what the guarded code contains, why that is the fix)
@@ -179,9 +180,13 @@ def _script(found) -> tuple[ast.AST, list[ast.AST]]:
 
 
 def _kinds_of(tree: ast.AST, option: Option, modules: list[ast.AST] | None = None) -> set[str]:
-    """The change kinds the code ``option`` guards implements."""
+    """The change kinds the code ``option`` guards implements (directly, or through the constants
+    that code assigns: :func:`~gpudoctor.fix.flag_relays.relayed`)."""
     out = set()
     for code, keyword in guarded(tree, option.dest):
+        if not keyword:
+            out |= {kind for code_on in relayed(tree, code) for kind, (sign, _) in SIGNS.items()
+                    if sign in _does(code_on)}
         if keyword in KEYWORDS:
             out.add(KEYWORDS[keyword])
             continue
@@ -234,7 +239,7 @@ def switch_edits(found, kind: str, loader=None) -> tuple[OptionEdit, ...]:
     """The options to give for ``kind`` (``value`` ``""``: a bare flag), or ``()`` where the script
     has no switch for it. ``loader``: the plan's :class:`~gpudoctor.analysis.knob_map.LoaderPlan`."""
     tree, modules = _script(found)
-    options = parser_options(tree)
+    options = twins(tree, parser_options(tree))
     longs = long_flags(tree)
     if kind == "loader" and loader is not None:
         return _loader_edits(tree, options, longs, loader)
