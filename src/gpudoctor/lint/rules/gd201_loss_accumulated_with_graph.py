@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from gpudoctor.lint.graph import loss_names
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext, call_name
+from gpudoctor.lint.walker import is_optimizer_step
 
 CODE = "GD201"
 NAME = "loss-accumulated-with-graph"
@@ -28,7 +29,9 @@ RATIONALE = (
     "that loss are followed too: a name summed into it (`loss = l1 + 0.5 * kl_loss`) or returned "
     "beside it by the same call (`loss, loc_loss, cls_loss = criterion(...)`, names with `loss` "
     "in them), unless the function also assigns it from `.item()`/`.detach()` or it is computed "
-    "under `no_grad`: `total_l1 += l1` keeps the graph as surely as `total += loss`."
+    "under `no_grad`, and only in a loop that also steps the optimizer (a total of micro-batch parts "
+    "that lives one accumulation window is left alone): `total_l1 += l1` keeps the graph as surely "
+    "as `total += loss`."
 )
 BAD = ("total = 0.0\nfor x, y in loader:\n    loss = criterion(model(x), y)\n    loss.backward()\n"
        "    total += loss\n")
@@ -102,6 +105,15 @@ def _loss_parts(ctx: FileContext, func: object, losses: set[str]) -> dict[str, s
     return {n: owner for n, owner in parts.items() if n not in losses and n not in no_grad}
 
 
+def _spans_optimizer_steps(ctx: FileContext, where) -> bool:
+    """A loop around the addition also steps the optimizer: the total outlives one step. A loop of
+    micro-batches whose optimizer step comes after it (a GAN's accumulation window, the total a
+    local of the step function) holds the parts one window only."""
+    around = {id(loop) for loop in where.loops}
+    return any(at.func is where.func and any(id(loop) in around for loop in at.loops)
+               and is_optimizer_step(call, ctx, at) for call, at in ctx.calls)
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for stmt, where in ctx.stmts:
         if where.no_grad or not any(loop in ctx.step_loops for loop in where.loops):
@@ -126,7 +138,7 @@ def check(ctx: FileContext) -> Iterator[Hit]:
         if name:
             yield Hit(stmt, f"`{target} += {name}` keeps every step's autograd graph alive: "
                             f"add `{name}.item()` or `{name}.detach()`")
-        elif part:
+        elif part and _spans_optimizer_steps(ctx, where):
             yield Hit(stmt, f"`{target} += {part}` keeps every step's autograd graph alive (`{part}` is "
                             f"part of `{parts[part]}`, which is back-propagated): add `{part}.item()` or "
                             f"`{part}.detach()`")
