@@ -58,6 +58,12 @@ project declares: `target-torch`, else the nearest `requirements*.txt`, `pyproje
 only when it calls setuptools' `setup()`, and its `import torch` lines declare nothing). The installed torch
 is not consulted: lint runs in CI and pre-commit, not where the training runs.
 
+**Star imports of the project's own modules** are followed: a file whose only import is
+`from utils import *` (or `from .common import *`), where `utils.py` of the same folder or project
+root does `import torch` / `import torch.nn as nn`, is checked as torch code, with `__all__` and
+`_private` names honoured and up to three chained star imports; a star import of an installed
+package brings nothing (lint imports nothing).
+
 **Exit codes** (as ruff's): `0` nothing found, `1` violations found (including a file that does not
 parse), `2` usage error (a path that does not exist, an unknown code in `--select`/`--ignore`, an
 unknown format).

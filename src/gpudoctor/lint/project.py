@@ -13,6 +13,7 @@ Plain text parsing: nothing is imported or executed.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from functools import lru_cache
@@ -157,3 +158,78 @@ def project_mentions(path: str, needle: str) -> bool:
     Read once per project and needle; used for settings made in another module (GD105)."""
     folder = _folder_of(path)
     return folder is not None and _tree_mentions(_root(folder) or folder, needle)
+
+
+_STAR_DEPTH = 3  # ``from a import *`` where ``a`` itself star-imports ``b``: followed this deep
+
+
+def _module_file(folder: Path, module: str) -> Path | None:
+    """``utils`` -> ``folder/utils.py`` or ``folder/utils/__init__.py`` (None: not a local file)."""
+    base = folder.joinpath(*module.split(".")) if module else folder
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError:
+            return None
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _exported_imports(file: Path, depth: int) -> tuple[tuple[str, str], ...]:
+    """The imported names a star import of ``file`` brings: its top-level ``import``/``from``
+    bindings (``torch``, ``nn`` -> ``torch.nn``), limited to ``__all__`` when it has one, without
+    ``_private`` names, and those of its own local star imports."""
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8", errors="replace")[:1_000_000])
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found: dict[str, str] = {}
+    exported: set[str] | None = None
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                found[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+            if depth < _STAR_DEPTH:
+                target = _star_target(file.parent, node.module or "", node.level)
+                found.update({k: v for k, v in (_exported_imports(target, depth + 1) if target else ()) if k not in found})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                found[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+              and isinstance(node.value, (ast.List, ast.Tuple))):
+            exported = {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return tuple((k, v) for k, v in found.items()
+                 if not k.startswith("_") and (exported is None or k in exported))
+
+
+def _star_target(folder: Path, module: str, level: int) -> Path | None:
+    """The local file a star import names, seen from a file in ``folder``: relative imports from
+    the package folder up, absolute ones from the file's folder (a script run from there) or from
+    the project root; None for an installed package."""
+    if level:
+        for _ in range(level - 1):
+            folder = folder.parent
+        return _module_file(folder, module)
+    if not module:
+        return None
+    root = _root(folder)
+    for base in dict.fromkeys(f for f in (folder, root) if f is not None):
+        found = _module_file(base, module)
+        if found is not None:
+            return found
+    return None
+
+
+def star_imports(path: str, module: str | None, level: int) -> dict[str, str]:
+    """What ``from <module> import *`` in the file at ``path`` binds to imported names, when the
+    module is a file of the same project (``from utils import *``, utils doing ``import torch``):
+    ``{"torch": "torch", "nn": "torch.nn"}``. Empty for installed packages and unreadable files."""
+    folder = _folder_of(path)
+    target = None if folder is None else _star_target(folder, module or "", level)
+    try:
+        return dict(_exported_imports(target, 0)) if target is not None else {}
+    except RecursionError:
+        return {}

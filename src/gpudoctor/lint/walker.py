@@ -6,6 +6,7 @@ import ast
 import re
 from dataclasses import replace
 
+from gpudoctor.lint.project import star_imports
 from gpudoctor.lint.scope import (
     DATASET_BASES,
     MODULE_BASES,
@@ -71,6 +72,7 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
                       uses_gpu=bool(_GPU.search(source)),
                       is_test=bool(_TEST_MODULE.match(re.split(r"[\\/]", path)[-1])))
     classes: list[ast.ClassDef] = []
+    star: dict[str, str] = {}  # names a star import of a local module brings (its ``import torch``)
     for node in _statements(tree.body):  # imports and classes are statements: skip expressions
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -79,11 +81,15 @@ def build_context(path: str, source: str, tree: ast.Module) -> FileContext:
                 else:
                     top = alias.name.split(".")[0]
                     ctx.imports[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+            star.update(star_imports(path, node.module, node.level))  # ``from utils import *``
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 ctx.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.ClassDef):
             classes.append(node)
+    for name, qual in star.items():
+        ctx.imports.setdefault(name, qual)
     if ctx.uses_gpu and _cpu_only(tree):  # names a device, and the only one is the CPU
         ctx.uses_cuda = ctx.uses_gpu = False
     tops = {q.split(".")[0] for q in ctx.imports.values()}

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from gpudoctor.lint.graph import loss_names
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext, call_name
+from gpudoctor.lint.walker import is_optimizer_step
 
 CODE = "GD201"
 NAME = "loss-accumulated-with-graph"
@@ -24,7 +25,13 @@ RATIONALE = (
     "the GPU, no sync). The rule fires on names that `.backward()` is called on, inside the loop "
     "that calls it; gradient-accumulation code that calls `.backward()` on the total is left "
     "alone, and so is a total reset to a number inside that same step loop (`running_loss = 0` at "
-    "each optimizer step): it lives one accumulation window, not the whole run."
+    "each optimizer step): it lives one accumulation window, not the whole run. The parts of "
+    "that loss are followed too: a name summed into it (`loss = l1 + 0.5 * kl_loss`) or returned "
+    "beside it by the same call (`loss, loc_loss, cls_loss = criterion(...)`, names with `loss` "
+    "in them), unless the function also assigns it from `.item()`/`.detach()` or it is computed "
+    "under `no_grad`, and only in a loop that also steps the optimizer (a total of micro-batch parts "
+    "that lives one accumulation window is left alone): `total_l1 += l1` keeps the graph as surely "
+    "as `total += loss`."
 )
 BAD = ("total = 0.0\nfor x, y in loader:\n    loss = criterion(model(x), y)\n    loss.backward()\n"
        "    total += loss\n")
@@ -65,6 +72,48 @@ def _reset_in_loop(ctx: FileContext, target: str, where) -> bool:
     return False
 
 
+def _summed_names(value: ast.AST, loss: str) -> set[str]:
+    """Names added into ``loss``: terms of its sum, and names scaled by a number or named ``*loss*``
+    inside a term (``0.1 * kl``, ``w * aux_loss``; not the weight ``w``)."""
+    if isinstance(value, ast.Name):
+        return {value.id} - {loss}
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Sub)):
+        return _summed_names(value.left, loss) | _summed_names(value.right, loss)
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
+        pair = (value.left, value.right)
+        return {n.id for n, other in zip(pair, pair[::-1]) if isinstance(n, ast.Name) and n.id != loss
+                and ("loss" in n.id.lower() or isinstance(other, ast.Constant))}
+    return set()
+
+
+def _loss_parts(ctx: FileContext, func: object, losses: set[str]) -> dict[str, str]:
+    """Part -> the back-propagated loss it belongs to, in ``func`` (outside no_grad)."""
+    parts: dict[str, str] = {}
+    for stmt, where in ctx.stmts:
+        if where.func is not func or where.no_grad or not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        target = stmt.targets[0]
+        if isinstance(target, ast.Name) and target.id in losses and isinstance(stmt.value, ast.BinOp):
+            parts.update(dict.fromkeys(_summed_names(stmt.value, target.id), target.id))
+        elif isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Call):
+            names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+            owner = next((n for n in names if n in losses), None)
+            if owner:
+                parts.update({n: owner for n in names if n != owner and "loss" in n.lower()})
+    no_grad = {t.id for stmt, where in ctx.stmts if where.func is func and where.no_grad
+               and isinstance(stmt, ast.Assign) for t in stmt.targets if isinstance(t, ast.Name)}
+    return {n: owner for n, owner in parts.items() if n not in losses and n not in no_grad}
+
+
+def _spans_optimizer_steps(ctx: FileContext, where) -> bool:
+    """A loop around the addition also steps the optimizer: the total outlives one step. A loop of
+    micro-batches whose optimizer step comes after it (a GAN's accumulation window, the total a
+    local of the step function) holds the parts one window only."""
+    around = {id(loop) for loop in where.loops}
+    return any(at.func is where.func and any(id(loop) in around for loop in at.loops)
+               and is_optimizer_step(call, ctx, at) for call, at in ctx.calls)
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for stmt, where in ctx.stmts:
         if where.no_grad or not any(loop in ctx.step_loops for loop in where.loops):
@@ -77,10 +126,19 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             target, value = stmt.targets[0].id, stmt.value.right
         else:
             continue
-        losses = loss_names(ctx, where.func) - _detached(ctx, where.func)
+        detached = _detached(ctx, where.func)
+        losses = loss_names(ctx, where.func) - detached
         if target in losses:
             continue  # accumulating a loss that is itself back-propagated: intended
         name = _added_loss(value, losses)
-        if name and not _reset_in_loop(ctx, target, where):
+        parts = {n: owner for n, owner in _loss_parts(ctx, where.func, losses).items() if n not in detached}
+        part = None if name else _added_loss(value, set(parts))
+        if target in parts or _reset_in_loop(ctx, target, where):
+            continue
+        if name:
             yield Hit(stmt, f"`{target} += {name}` keeps every step's autograd graph alive: "
                             f"add `{name}.item()` or `{name}.detach()`")
+        elif part and _spans_optimizer_steps(ctx, where):
+            yield Hit(stmt, f"`{target} += {part}` keeps every step's autograd graph alive (`{part}` is "
+                            f"part of `{parts[part]}`, which is back-propagated): add `{part}.item()` or "
+                            f"`{part}.detach()`")
