@@ -270,10 +270,10 @@ def _monitor(GpuSampler, HostSampler, sink, *, once, json_output, interval, dura
 
         live = Live(view(), console=console, auto_refresh=False, transient=False)
     deadline = None if duration is None else time.monotonic() + duration
-    gpu.start()
-    host.start()
     server = None
-    try:
+    try:  # a Ctrl-C while the samplers start still stops them and prints the final view
+        gpu.start()
+        host.start()
         if listen is not None:
             server = _serve(gpu, host, listen)
         if live is not None:
