@@ -1,8 +1,9 @@
 """The public scripts ``run_wild.py`` runs on the CPU: where each comes from, how it is run, the
 data it is given (written locally, no downloads), and the loop shape it samples.
 
-Mirrors are the fetch tool's bare git directories (``/work/.mirror/<owner>+<name>/repo``); the
-commit is pinned so the table can be re-run on the same code.
+Mirrors are the fetch tool's bare git directories (``.mirror/<owner>+<name>/repo`` in the first
+folder above this checkout that has one, as ``fix_wild.py`` finds them); the commit is pinned so the
+table can be re-run on the same code.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-MIRRORS = Path("/work/.mirror")
+REPO = Path(__file__).resolve().parents[2]
+MIRRORS = next((p / ".mirror" for p in REPO.parents if (p / ".mirror").is_dir()), REPO.parent / ".mirror")
 TVLIB = "/tmp/tvlib"  # torchvision for this torch, CPU
 EXAMPLES = ("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8")
 NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
