@@ -15,6 +15,16 @@ class Slow(Dataset):
         return torch.randn(8), torch.randn(1)
 '''
 
+# timm's shape: one training step in a helper under its autocast context, called from the loop
+AMP_STEP = '''\
+def one_step(model, x, y, opt, amp_autocast):
+    with amp_autocast():
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+'''
+
 LOADER_BOUND = '''\
 import sys
 import time

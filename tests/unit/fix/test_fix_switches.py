@@ -10,6 +10,7 @@ import pytest
 from gpudoctor.cli.fix_flow import _measure_all, argv_for
 from gpudoctor.fix.switches import add_switches, given_switches, switch_lines
 from gpudoctor.fix.ops import OptionEdit
+from tests.support.fix_scripts import AMP_STEP
 from tests.support.fix_planning import CPU, GPU, advice, planned, runs
 
 # timm-style: the step is in a helper called from two branches (no loop located), the fixes behind flags
@@ -35,13 +36,7 @@ def make_loader(num_workers, pin_memory):
     return torch.utils.data.DataLoader(data, batch_size=8, num_workers=num_workers, pin_memory=pin_memory)
 
 
-def one_step(model, x, y, opt, amp_autocast):
-    with amp_autocast():
-        loss = nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-
+""" + AMP_STEP + """
 
 def main():
     args = parser.parse_args()

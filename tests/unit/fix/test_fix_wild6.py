@@ -10,18 +10,13 @@ import textwrap
 from pathlib import Path
 
 from gpudoctor.cli.fix_flow import argv_for
+from tests.support.fix_scripts import AMP_STEP
 from tests.support.fix_planning import CPU, advice, planned, runs
 
 # the step in a helper called from two branches (no loop located), as in the timm-derived scripts
 LOOP = """
 
-def one_step(model, x, y, opt, amp_autocast):
-    with amp_autocast():
-        loss = nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-
+""" + AMP_STEP + """
 
 def main():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(4))
