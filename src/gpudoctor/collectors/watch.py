@@ -70,22 +70,30 @@ class Tee:
                 break
             if not chunk:
                 break
-            unlogged += chunk
-            cut = max(unlogged.rfind(b"\n"), unlogged.rfind(b"\r")) + 1
-            if cut:
-                _log(log, lock, unlogged[:cut])
-                unlogged = unlogged[cut:]
+            # Only the new chunk can hold a line end (the buffers hold none), so each byte is
+            # scanned once: a line of megabytes without a newline costs linear time, not quadratic.
+            cut = _last_line_end(chunk)
+            if cut or len(unlogged) + len(chunk) > LONG_LINE:
+                _log(log, lock, unlogged + chunk[:cut] if cut else unlogged + chunk)
+                unlogged = chunk[cut:] if cut else b""
+            else:
+                unlogged += chunk
             if echo is not None:
-                pending = _echo_lines(pending + chunk, echo)
-            lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()
-            tail.extend(lines)
+                pending = _echo_lines(pending, chunk, echo)
+            lines = chunk.split(b"\n")
+            if len(lines) > 1:
+                tail.append((partial + lines[0])[-LONG_LINE:])
+                tail.extend(lines[1:-1])
+                partial = lines[-1]
+            else:
+                partial += chunk
+            partial = partial[-LONG_LINE:]
         if unlogged:
             _log(log, lock, unlogged)
         if partial:
             tail.append(partial)
         if echo is not None and pending:
-            _echo_lines(pending + b"\n", echo)
+            _echo_lines(pending, b"\n", echo)
         pipe.close()
 
 
@@ -100,21 +108,37 @@ def _log(log: IO[bytes], lock: threading.Lock, data: bytes) -> None:
 
 _LINE_END = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
 
+# A line longer than this is passed on in pieces rather than held until its end: the child may
+# print megabytes without a newline, and the parent must neither stall on it nor keep it whole.
+LONG_LINE = 1 << 20
 
-def _echo_lines(data: bytes, echo: Callable[[bytes], None]) -> bytes:
-    """Echo ``data``'s finished lines that are not noise; return the unfinished rest."""
-    end = 0
-    shown = []
-    for match in _LINE_END.finditer(data):
-        end = match.end()
-        if not is_noise(match.group()):
-            shown.append(match.group())
+
+def _last_line_end(data: bytes) -> int:
+    """The offset just past ``data``'s last ``\\n`` or ``\\r``; 0 when it has none."""
+    return max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+
+
+def _echo_lines(pending: bytes, chunk: bytes, echo: Callable[[bytes], None]) -> bytes:
+    """Echo the finished lines of ``pending + chunk`` that are not noise; return the unfinished
+    rest. ``pending`` holds no line end, so only ``chunk`` is searched for the last one."""
+    cut = _last_line_end(chunk)
+    if not cut:
+        rest = pending + chunk
+        if len(rest) <= LONG_LINE:
+            return rest
+        _echo(echo, [rest])  # too long to be profiler noise: show it as it comes
+        return b""
+    data = pending + chunk[:cut]
+    _echo(echo, [m.group() for m in _LINE_END.finditer(data) if not is_noise(m.group())])
+    return chunk[cut:]
+
+
+def _echo(echo: Callable[[bytes], None], shown: list[bytes]) -> None:
     if shown:
         try:
             echo(b"".join(shown))
         except (OSError, ValueError):
             pass  # our terminal went away: keep logging
-    return data[end:]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -189,3 +189,24 @@ def test_memory_estimate_shows_its_stages_on_stderr(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["batch_size"] == 16
     for stage in ("importing m.py:build", "building the model", "training probe batches on cpu"):
         assert f"gpudoctor: {stage}" in result.stderr, stage
+
+
+def test_tee_passes_a_line_of_megabytes_without_a_newline_in_linear_time() -> None:
+    # A child printing 3 MB with no line end: the old echo re-scanned its growing buffer from
+    # every offset (quadratic: 100 KB took 19 s), so `run` hung and could not take SIGTERM.
+    data = b"step 1\n" + b"y" * 3_000_000 + b"\nlast"
+    shown: list[bytes] = []
+    read_fd, write_fd = os.pipe()
+    log = io.BytesIO()
+    log.close = lambda: None
+    tail: deque = deque(maxlen=40)
+    tee = Tee(os.fdopen(read_fd, "rb"), shown.append, log, threading.Lock(), tail)
+    with os.fdopen(write_fd, "wb") as writer:
+        for i in range(0, len(data), 4096):
+            writer.write(data[i:i + 4096])
+    tee.thread.join(timeout=120)  # generous for a loaded machine; linear time takes well under 1 s
+    assert not tee.thread.is_alive()
+    assert log.getvalue() == data
+    assert b"".join(shown) == data + b"\n"
+    assert list(tail)[0] == b"step 1" and list(tail)[-1] == b"last"
+    assert len(list(tail)[1]) <= 1 << 20  # the long line's end, bounded
