@@ -167,6 +167,32 @@ def host_log_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}.host{path.suffix}")
 
 
+def refuse_foreign(path: Path, columns: tuple, kind: str) -> None:
+    """Raise ``ValueError`` when ``path`` exists, is not empty and is not a gpudoctor log of
+    this kind: appending would write our rows under someone else's header."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            first = fh.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: exists and cannot be read as a gpudoctor sample log ({exc}); "
+                         "give --log a new file name") from None
+    if log_format(path) == "csv":
+        header = next(csv.reader([first]), [])
+        ours = {c[0] for c in columns}
+        fits = bool(header) and header[0] == columns[0][0] and all(h in ours for h in header)
+    else:
+        try:
+            head = json.loads(first)
+        except ValueError:
+            head = None
+        fits = isinstance(head, dict) and head.get("kind") == kind and "schema_version" in head
+    if not fits:
+        raise ValueError(f"{path}: exists and is not a gpudoctor sample log of this kind, so it is left as it "
+                         "is; give --log a new file name (or move that file away)")
+
+
 class _CsvWriter:
     def __init__(self, path: Path, columns: tuple) -> None:
         self._columns = columns
@@ -175,8 +201,7 @@ class _CsvWriter:
             with path.open(encoding="utf-8", newline="") as fh:
                 header = next(csv.reader(fh), [])
             by_head = {c[0]: c for c in columns}
-            if header and all(h in by_head for h in header):
-                self._columns = tuple(by_head[h] for h in header)
+            self._columns = tuple(by_head[h] for h in header)  # refuse_foreign checked them
         self._file: TextIO = path.open("a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._file)
         if new:
@@ -205,6 +230,8 @@ class SampleLog:
         self.gpu_rows = 0
         self.host_rows = 0
         self._lock = threading.Lock()
+        refuse_foreign(self.path, GPU_COLUMNS + GPU_COLUMNS_ADDED, KIND_GPU)
+        refuse_foreign(self.host_path, HOST_COLUMNS, KIND_HOST)
         self._gpu = self._open(self.path, GPU_COLUMNS, KIND_GPU)
         self._host: Any = None
 

@@ -114,3 +114,29 @@ def test_format_follows_the_suffix_and_says_which_work():
     with pytest.raises(ValueError, match=r"name it \*\.csv .* or \*\.jsonl"):
         log_format("x.txt")
     assert host_log_path("runs/a.jsonl").as_posix() == "runs/a.host.jsonl"
+
+
+@pytest.mark.parametrize("name, foreign", [
+    ("u.host.csv", "a,b\n1,2\n"),
+    ("u.csv", "a,b\n1,2\n"),
+    ("u.host.jsonl", '{"a": 1}\n'),
+    ("u.jsonl", '{"schema_version": 1, "kind": "host"}\n'),  # ours, but the other kind
+])
+def test_a_users_existing_file_is_refused_and_left_as_it_was(tmp_path, name, foreign):
+    log = tmp_path / name.replace(".host", "")
+    target = tmp_path / name
+    target.write_text(foreign)
+    with pytest.raises(ValueError, match="not a gpudoctor .* log.*new file name"):
+        SampleLog(log)
+    assert target.read_text() == foreign
+
+
+def test_our_own_log_is_appended_to(tmp_path, fake_nvml, fake_clock):
+    log = tmp_path / "g.csv"
+    with SampleLog(log) as sink:
+        for s in _gpu_samples(fake_nvml, fake_clock, 2):
+            sink.write_gpu(s)
+        sink.write_host(HOST[0])
+    with SampleLog(log) as sink:  # no refusal: both files are ours
+        sink.write_host(HOST[1])
+    assert len(list(read_host_log(host_log_path(log)))) == 2
