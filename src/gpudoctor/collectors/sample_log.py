@@ -189,8 +189,8 @@ def refuse_foreign(path: Path, columns: tuple, kind: str) -> None:
             head = None
         fits = isinstance(head, dict) and head.get("kind") == kind and "schema_version" in head
     if not fits:
-        raise ValueError(f"{path}: exists and is not a gpudoctor sample log of this kind, so it is left as it "
-                         "is; give --log a new file name (or move that file away)")
+        raise ValueError(f"{path}: exists and is not a gpudoctor sample log of this kind, so "
+                         "it is left as it is; give --log a new file name (or move that file away)")
 
 
 class _CsvWriter:
