@@ -68,9 +68,11 @@ def findings_version(thresholds: Any) -> str:
     return f"{analysis_version()}+thresholds-{hashlib.sha256(repr(changed).encode()).hexdigest()[:12]}"
 
 
-def analyse(run: Any, thresholds: Any = None) -> list:
+def analyse(run: Any, thresholds: Any = None, *, save: bool = False) -> list:
     """Diagnose ``run`` with ``thresholds`` (default: the command's ``--thresholds``, else the
-    defaults) and write ``findings.json`` stamped with :func:`findings_version`."""
+    defaults); with ``save``, write ``findings.json`` stamped with :func:`findings_version`.
+    Only the command that recorded the run, or a user's ``--save``, writes into it: re-reading a
+    run directory (a checked-in fixture, a colleague's copy) must leave it as it was."""
     from gpudoctor.analysis.diagnose import diagnose
     from gpudoctor.records.base import write_json
     from gpudoctor.records.rundir import FINDINGS, KIND_FINDINGS, FindingList
@@ -78,19 +80,21 @@ def analyse(run: Any, thresholds: Any = None) -> list:
     th = thresholds if thresholds is not None else current_thresholds()
     findings = list(diagnose(run, thresholds=th))
     stored = FindingList(findings=tuple(findings), analysis_version=findings_version(th))
+    run.findings, run.findings_version = tuple(findings), stored.analysis_version
+    if not save:
+        return findings
     try:
         write_json(run.path / FINDINGS, stored, kind=KIND_FINDINGS)
     except OSError as exc:  # a read-only copy of a run: the diagnosis is still printed
         from gpudoctor.cli.output import stderr_console
 
         stderr_console().print(f"note: findings.json not written ({exc})", highlight=False, markup=False)
-    run.findings, run.findings_version = tuple(findings), stored.analysis_version
     return findings
 
 
 def current_findings(run: Any) -> list:
     """The findings a view should show: the stored ones when today's analysis made them, else
-    freshly computed (and ``findings.json`` rewritten), so ``report`` and ``diagnose`` agree.
+    freshly computed (nothing written), so ``report`` and ``diagnose`` agree.
     Default thresholds: findings stored by a run with a ``--thresholds`` file are recomputed."""
     from gpudoctor.analysis.thresholds import Thresholds
 
@@ -202,11 +206,13 @@ def register(app: typer.Typer) -> None:
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
         price: float = price_option(),
         thresholds: Path = thresholds_option(),
+        save: bool = typer.Option(False, "--save", help="Also store the findings in RUN_DIR's "
+                                  "findings.json (one RUN_DIR), for `gpudoctor report` and tools."),
     ) -> None:
         """Re-analyse a recorded run directory and print its findings.
 
         The analysis is pure, so a run recorded on a GPU machine can be diagnosed anywhere, without
-        torch. findings.json in RUN_DIR is rewritten. Several RUN_DIRs (one per node of a
+        torch. Nothing is written into RUN_DIR unless --save is given. Several RUN_DIRs (one per node of a
         torchrun --nnodes job, each from that node's `gpudoctor run`) are merged into one run of
         all their ranks and diagnosed together; nothing is written into them then.
 
@@ -226,8 +232,11 @@ def register(app: typer.Typer) -> None:
 
         if len(run_dirs) == 1:
             run = load(run_dirs[0])
-            findings = analyse(run)
+            findings = analyse(run, save=save)
         else:
+            if save:
+                raise GpuDoctorUserError("--save takes one RUN_DIR: several are merged into one "
+                                         "run, which has no directory of its own")
             run, findings = _merged(run_dirs)
         if json_output:
             emit_json(payload(run, findings, price))

@@ -47,7 +47,7 @@ def _run(spec: Any, progress: Any) -> Any:
     outcome = run_instrumented(spec, say=progress.say, on_progress=progress.run)
     progress.stage("diagnosing")
     run = diag.load(outcome.run_dir)
-    findings = diag.analyse(run) if run.steps else []
+    findings = diag.analyse(run, save=True) if run.steps else []
     return outcome, run, findings or []
 
 

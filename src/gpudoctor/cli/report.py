@@ -24,9 +24,9 @@ def register(app: typer.Typer) -> None:
 
         The verdict and findings as cards (evidence, fix, expected gain), GPU utilization, memory
         and power over time, the step-time breakdown and allocator memory per step and rank, the
-        environment check and the run's configuration. Findings are re-analysed (and
-        findings.json rewritten) when the run directory has none or today's analysis did not make
-        them, so the report shows what `gpudoctor diagnose` prints. Needs no torch.
+        environment check and the run's configuration. Findings are re-analysed when the run
+        directory has none or today's analysis did not make them, so the report shows what
+        `gpudoctor diagnose` prints; findings.json is left as it is. Needs no torch.
 
         \b
         Examples:

@@ -61,7 +61,7 @@ def _one(spec: Any) -> tuple[Any, Any, list | None]:
         progress.stage("diagnosing")
         run = diag.load(outcome.run_dir)
         # A run stopped before its first step still has a diagnosis when it left stacks behind.
-        findings = diag.analyse(run) if run.steps or run.stacks else None
+        findings = diag.analyse(run, save=True) if run.steps or run.stacks else None
     return outcome, run, findings
 
 

@@ -38,8 +38,8 @@ straggler_min_ms = 5.0
 
 An unknown name, a value of the wrong type (a string, `true`, `2.5` for an integer) or a value
 out of range (a negative number, a share above 1) is refused with exit code 2 and a message
-naming the key. Findings computed with changed thresholds are stamped with them in
-`findings.json` (`analysis_version` ends in `+thresholds-<digest>`), so a later `gpudoctor report`
+naming the key. Findings computed with changed thresholds and stored (by `run`, `doctor` or
+`diagnose --save`) are stamped with them in `findings.json` (`analysis_version` ends in `+thresholds-<digest>`), so a later `gpudoctor report`
 recomputes them with the defaults rather than mixing the two.
 
 Shares are fractions (0.0-1.0) of the median step time unless the reason says otherwise.

@@ -49,7 +49,7 @@ def test_a_changed_limit_changes_the_diagnosis(tmp_path: Path) -> None:
     # the run's host-to-device bytes per step are under 1 TiB: the pageable rule goes quiet
     path = _toml(tmp_path, "h2d_min_bytes_per_step = 1099511627776\n")
     moved = runner.invoke(app, ["diagnose", str(run_dir), "--json", "--fail-on", "never",
-                                "--thresholds", str(path)])
+                                "--thresholds", str(path), "--save"])
     assert moved.exit_code == 0, moved.output
     assert "GD-RUN-H2D-PAGEABLE" not in _codes(moved)
     stored = json.loads((run_dir / "findings.json").read_text())["data"]
@@ -66,7 +66,7 @@ def test_report_recomputes_findings_made_with_other_thresholds(tmp_path: Path) -
     run_dir = _run_copy(tmp_path)
     path = _toml(tmp_path, "h2d_min_bytes_per_step = 1099511627776\n")
     assert runner.invoke(app, ["diagnose", str(run_dir), "--thresholds", str(path),
-                               "--fail-on", "never"]).exit_code == 0
+                               "--fail-on", "never", "--save"]).exit_code == 0
     found = current_findings(load_run(run_dir))
     assert "GD-RUN-H2D-PAGEABLE" in [f.code for f in found]
 
