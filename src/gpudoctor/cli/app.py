@@ -64,6 +64,13 @@ class _Root(typer.core.TyperGroup):
             return super().invoke(ctx)
         except GpuDoctorUserError as exc:
             _usage_error(str(exc))
+        except UnicodeDecodeError as exc:  # a record or text input with bytes that are not UTF-8
+            _usage_error(f"an input file is not valid UTF-8 text ({exc.reason} at byte {exc.start}): "
+                         "pass a gpudoctor record or text file, or re-create the damaged file")
+        except OSError as exc:  # unreadable input, unwritable output, closed stdin
+            where = f" {exc.filename!r}" if exc.filename else ""
+            _usage_error(f"cannot use{where}: {exc.strerror or exc}: check the path exists and is "
+                         "readable (inputs) or writable (outputs)")
         except ModuleNotFoundError as exc:  # torch imported somewhere not guarded up front
             if (exc.name or "").partition(".")[0] != "torch":
                 raise

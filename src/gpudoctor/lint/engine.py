@@ -40,7 +40,7 @@ def discover(paths: Sequence[str | Path], config: LintConfig | None = None) -> l
     Files named on the command line are taken whatever their suffix.
 
     Raises:
-        GpuDoctorUserError: a path does not exist.
+        GpuDoctorUserError: a path does not exist, or a named path is not a regular file.
     """
     found: list[Path] = []
     for raw in paths:
@@ -55,6 +55,10 @@ def discover(paths: Sequence[str | Path], config: LintConfig | None = None) -> l
                 below += [Path(root) / name for name in files if name.endswith(SUFFIXES)]
             found += sorted(below, key=lambda p: p.relative_to(path).parts)
         elif path.exists() or path.is_symlink():
+            if not is_regular(path):
+                raise GpuDoctorUserError(
+                    f"path {str(raw)!r} is not a regular file (a FIFO, device or broken/looping symlink):"
+                    " pass Python files or directories")
             found.append(path)
         else:
             raise GpuDoctorUserError(f"path {str(raw)!r} does not exist: pass existing files or directories")

@@ -12,6 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from gpudoctor.errors import GpuDoctorUserError
 from typer.testing import CliRunner
 
 from gpudoctor.cli.app import app
@@ -30,7 +32,8 @@ def test_fifo_named_py_is_skipped_not_read(tmp_path: Path) -> None:
     (tmp_path / "ok.py").write_text("import torch\n", encoding="utf-8")
     report = run_lint([tmp_path]).report
     assert report.files_checked == 1 and report.violations == ()
-    assert run_lint([tmp_path / "pipe.py"]).report.files_checked == 0  # named explicitly: skipped too
+    with pytest.raises(GpuDoctorUserError, match="not a regular file"):  # named explicitly: an error (issue 36)
+        run_lint([tmp_path / "pipe.py"])
 
 
 @pytest.mark.parametrize("newline", ["\r\n", "\n", "\r"])
