@@ -67,6 +67,8 @@ class _Root(typer.core.TyperGroup):
         except UnicodeDecodeError as exc:  # a record or text input with bytes that are not UTF-8
             _usage_error(f"an input file is not valid UTF-8 text ({exc.reason} at byte {exc.start}): "
                          "pass a gpudoctor record or text file, or re-create the damaged file")
+        except BrokenPipeError:  # the reader of our output went away (| head): not bad input
+            raise
         except OSError as exc:  # unreadable input, unwritable output, closed stdin
             where = f" {exc.filename!r}" if exc.filename else ""
             _usage_error(f"cannot use{where}: {exc.strerror or exc}: check the path exists and is "

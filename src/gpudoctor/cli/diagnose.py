@@ -28,14 +28,14 @@ _ANALYSIS_SOURCES = (("gpudoctor.analysis", ".py"), ("gpudoctor.data", ".toml"))
 
 def load(run_dir: Path) -> Any:
     """Load a run directory or raise :class:`GpuDoctorUserError` (exit 2) saying what is wrong."""
-    from gpudoctor.records.base import SchemaError
+    from gpudoctor.records.base import NewerSchemaError, SchemaError
     from gpudoctor.records.rundir import load_run
 
     if not run_dir.is_dir():
         raise GpuDoctorUserError(f"{run_dir}: no such directory; pass a run directory made by gpudoctor run")
     try:
         return load_run(run_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NewerSchemaError) as exc:  # the message says what to do
         raise GpuDoctorUserError(str(exc)) from None
     except SchemaError as exc:
         raise GpuDoctorUserError(f"{exc}; the run directory is damaged — record it again with gpudoctor run") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import typer
@@ -43,13 +42,18 @@ def refuse_binary(head: bytes, name: str) -> None:
 def read_input(arg: str | None) -> str:
     """The text to explain: stdin for ``-`` (or no argument with piped input), a file's content,
     or the argument itself."""
+    from gpudoctor.core.stdin import read_stdin_bytes, stdin_is_terminal
+
+    if arg is not None and not arg.strip():
+        raise GpuDoctorUserError("nothing to explain: give an error message, a log file, or '-' "
+                                 "to read the log from stdin")
     if arg is None or arg == "-":
-        if arg is None and sys.stdin.isatty():
+        if arg is None and stdin_is_terminal():
             raise GpuDoctorUserError(
                 "give an error message, a log file, or '-' to read the log from stdin, e.g. "
                 "gpudoctor explain train.log  or  python train.py 2>&1 | gpudoctor explain -"
             )
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        data = read_stdin_bytes("pass the log as a file instead: gpudoctor explain train.log")
         refuse_binary(data[:_SNIFF], "stdin")
         return data.decode("utf-8", errors="replace")
     if "\n" not in arg and len(arg) < 4096:

@@ -79,7 +79,7 @@ def estimate(
         raise GpuDoctorUserError(str(exc)) from None
     with Progress() as progress:
         progress.stage(f"importing {model}")
-        factory, make_batch = _reporting(load_factory(model), batch_factory(input_spec), config, progress)
+        factory, make_batch = _reporting(load_factory(model), batch_factory(input_spec), config, progress, model)
         try:
             result = estimate_memory(factory, make_batch, config, model_name=model)
             from gpudoctor.memory.estimate import default_loss
@@ -90,6 +90,12 @@ def estimate(
                                loss_fn=default_loss) for change in what_ifs]
         except ValueError as exc:
             raise GpuDoctorUserError(str(exc)) from None
+        except (RuntimeError, MemoryError) as exc:  # torch's OutOfMemoryError is a RuntimeError
+            if not _out_of_memory(exc):
+                raise
+            raise GpuDoctorUserError(
+                f"a probe batch ({', '.join(map(str, config.probes()))}) does not fit in memory on "
+                f"{config.device}: give smaller ones with --probes, e.g. --probes 2,4") from None
     if json_output:
         from gpudoctor.records.base import to_dict
 
@@ -103,13 +109,34 @@ def estimate(
             console.print(render_what_if(answers))
 
 
-def _reporting(factory: Any, make_batch: Any, config: Any, progress: Any) -> tuple[Any, Any]:
-    """The model and batch factories, telling ``progress`` what the estimate is doing."""
+def _out_of_memory(exc: BaseException) -> bool:
+    """True for an allocation failure: CUDA's OutOfMemoryError, the CPU allocator's refusal."""
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+
+
+def _reporting(factory: Any, make_batch: Any, config: Any, progress: Any, spec: str) -> tuple[Any, Any]:
+    """The model and batch factories, telling ``progress`` what the estimate is doing; a
+    ``--model`` that cannot be called without arguments, or returns no ``nn.Module``, is a user
+    error naming what it returned."""
     probes = config.probes()
 
     def build() -> Any:
         progress.stage("building the model")
-        return factory()
+        from gpudoctor.errors import GpuDoctorUserError
+
+        hint = "--model must name a function that takes no arguments and returns the nn.Module"
+        try:
+            module = factory()
+        except TypeError as exc:
+            raise GpuDoctorUserError(f"--model {spec}: calling it failed "
+                                     f"({str(exc).splitlines()[0]}); {hint}") from None
+        import torch
+
+        if not isinstance(module, torch.nn.Module):
+            raise GpuDoctorUserError(f"--model {spec} returned a {type(module).__name__}, "
+                                     f"not an nn.Module; {hint}")
+        return module
 
     def batch(size: int, device: Any) -> Any:
         progress.stage(f"training probe batches on {device}", f"batch {size} (probes: "

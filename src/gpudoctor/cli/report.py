@@ -34,10 +34,8 @@ def register(app: typer.Typer) -> None:
           gpudoctor report RUN_DIR -o report.html
           gpudoctor report RUN_DIR --price-per-gpu-hour 2.5   # adds the cost table
         """
-        from gpudoctor.cli.diagnose import current_findings
-        from gpudoctor.cli.output import emit_json, fail, pick_out, stdout_console
-        from gpudoctor.records.base import SchemaError
-        from gpudoctor.records.rundir import load_run
+        from gpudoctor.cli.diagnose import current_findings, load
+        from gpudoctor.cli.output import emit_json, pick_out, stdout_console
         from gpudoctor.report.html import write_report
 
         output = pick_out(output, output_old, "--output")
@@ -45,10 +43,7 @@ def register(app: typer.Typer) -> None:
 
         with Progress() as progress:  # stderr: charts and analysis take seconds
             progress.stage(f"reading and analysing {run_dir}")
-            try:
-                run = load_run(run_dir)
-            except (FileNotFoundError, SchemaError) as exc:
-                fail(str(exc))
+            run = load(run_dir)  # one route: diagnose's errors and advice
             findings = current_findings(run)
             if output is not None and output.is_dir():
                 output = output / "report.html"

@@ -56,8 +56,9 @@ def register(app: typer.Typer) -> None:
         longest part of it that wins its own confirmation is written, with time left in the budget.
         --budget-s sets the time.
 
-        Exit codes: 0 tuned (or the starting configuration kept, with the reason); 2 usage or
-        input error; 130 interrupted (nothing written).
+        Exit codes: 0 tuned (or the starting configuration kept, with the reason); 1 every
+        trial failed (the first error is printed); 2 usage or input error; 130 interrupted
+        (nothing written).
 
         \b
         Examples:
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
         import contextlib
         import sys
 
-        from gpudoctor.cli.output import EXIT_INTERRUPTED, emit_json, stderr_console, stdout_console
+        from gpudoctor.cli.output import EXIT_FINDINGS, EXIT_INTERRUPTED, emit_json, stderr_console, stdout_console
         from gpudoctor.errors import GpuDoctorUserError
 
         if knob not in KNOB_CHOICES:
@@ -132,6 +133,23 @@ def register(app: typer.Typer) -> None:
             sys.stdout.flush()
         if result.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
+        crashed = _every_trial_failed(result)
+        if crashed is not None:
+            if main_rank:
+                err.print(f"error: every trial failed, so nothing was tuned; the first: {crashed}",
+                          highlight=False, markup=False)
+            raise typer.Exit(EXIT_FINDINGS)
+
+
+def _every_trial_failed(result) -> str | None:
+    """The first failure's reason when trials ran and every one failed (a script that does not
+    start, a target that raises), else ``None``: such a run tuned nothing and must not exit 0."""
+    from gpudoctor.records.tune import TrialVerdict
+
+    trials = [t for k in result.knobs for t in k.trials if t.verdict is not TrialVerdict.SKIPPED]
+    if not trials or any(t.verdict is not TrialVerdict.FAILED for t in trials):
+        return None
+    return trials[0].reason or "no reason was recorded"
 
 
 def _run(knob: str, target: str | None, script: str | None, out: str, *, options_kwargs: dict, callbacks: dict):
@@ -143,7 +161,11 @@ def _run(knob: str, target: str | None, script: str | None, out: str, *, options
     if script is not None:
         from gpudoctor.tune.script import tune_script
 
-        command = tuple(shlex.split(script))
+        try:
+            command = tuple(shlex.split(script))
+        except ValueError as exc:  # an unclosed quote
+            raise GpuDoctorUserError(f"--script {script!r} cannot be split into a command ({exc}); "
+                                     "quote it as in a shell, e.g. --script 'python train.py --lr 3e-4'") from None
         if not command:
             raise GpuDoctorUserError("--script is empty; e.g. --script 'python train.py'")
         return tune_script([knob], command, budget_s=options_kwargs["budget_s"], repeats=options_kwargs["repeats"],

@@ -156,14 +156,14 @@ def run_stdin(name: str, *, select: Sequence[str] | None = None, ignore: Sequenc
               fix: bool = False, diff: bool = False, config: LintConfig | None = None) -> LintRun:
     """Lint the source read from stdin, reported as ``name`` (``--stdin-filename``); with ``fix``
     the fixed source is returned in ``stdout`` (nothing is written to disk)."""
-    import sys
+    from gpudoctor.core.stdin import read_stdin_bytes
 
     config = config or LintConfig()
     try:
         rules = select_rules(select or config.select or None, ignore or config.ignore or None)
     except ValueError as exc:
         raise GpuDoctorUserError(str(exc)) from exc
-    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    data = read_stdin_bytes("pass the files to check instead: gpudoctor lint train.py")
     run = LintRun(report=LintReport(files_checked=1))
     if name != "-" and config.excluded(Path(name)):
         run.report = LintReport(files_checked=0)

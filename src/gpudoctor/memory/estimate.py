@@ -63,6 +63,9 @@ class EstimateConfig:
             raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.steps < 2:
             raise ValueError("steps must be at least 2: the optimizer state appears in step 1")
+        if not 0 <= self.margin < 1:  # also refuses nan
+            raise ValueError(f"--margin is the share of GPU memory kept free, from 0 up to (not "
+                             f"including) 1, e.g. 0.1; got {self.margin}")
         if any(b < 1 for b in self.probe_batches):
             raise ValueError(f"probe batch sizes must be positive, got {self.probe_batches}")
 

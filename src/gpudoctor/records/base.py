@@ -35,6 +35,10 @@ class SchemaError(ValueError):
     """A file or mapping does not match the record it should hold."""
 
 
+class NewerSchemaError(SchemaError):
+    """A file written by a newer gpudoctor: not damaged, and the message says to upgrade."""
+
+
 def to_dict(obj: Any) -> Any:
     """Turn a record (or a nested structure of records) into JSON-ready plain data."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -167,10 +171,21 @@ def write_json(path: Path, obj: Any, *, kind: str) -> None:
     write_text_atomic(Path(path), json.dumps(payload, indent=2, allow_nan=False) + "\n")
 
 
+def _text(path: Path) -> str:
+    """``path``'s text; bytes that are not UTF-8 (a damaged or foreign file) raise SchemaError
+    naming the file and the offset, never a bare UnicodeDecodeError."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: not valid UTF-8 text at byte {exc.start} (a damaged file, or "
+                          "not a gpudoctor record)") from None
+
+
 def read_json(path: Path, cls: type[T], *, kind: str) -> T:
     """Read a document written by :func:`write_json` back into a ``cls`` record."""
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = json.loads(_text(path))
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path}: not valid JSON ({exc}); the file may be truncated") from None
     _check_header(payload, path=path, kind=kind)
@@ -181,8 +196,10 @@ def _check_header(payload: Any, *, path: Path, kind: str) -> None:
     if not isinstance(payload, dict) or "schema_version" not in payload:
         raise SchemaError(f"{path}: no schema_version; this is not a gpudoctor file")
     version = payload["schema_version"]
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise SchemaError(
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SchemaError(f"{path}: schema_version {version!r} is not a number; this is not a gpudoctor file")
+    if version > SCHEMA_VERSION:
+        raise NewerSchemaError(
             f"{path}: schema_version {version!r} is newer than this gpudoctor understands "
             f"({SCHEMA_VERSION}); upgrade gpudoctor to read it"
         )
@@ -225,8 +242,7 @@ def read_jsonl(path: Path, cls: type[T], *, kind: str) -> Iterator[T]:
     A last line cut off by a crash is skipped; any other bad line raises :class:`SchemaError`
     with its line number.
     """
-    with path.open(encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+    lines = _text(path).splitlines()
     if not lines:
         return
     try:

@@ -14,6 +14,7 @@ ends the run) is dumped with its allocation sites and the full snapshot for PyTo
 
 from __future__ import annotations
 
+import shlex
 import warnings
 from pathlib import Path
 
@@ -201,7 +202,8 @@ class OomCapture:
             if snap is not None and snap.pickle_path:
                 written += f" and {snap.pickle_path} (open it at {mh.VIEWER_URL})"
             parts.append(f"written: {written}")
-            parts.append(f"top allocation sites and fixes: gpudoctor memory show {json_path}")
+            shown = shlex.quote(str(json_path))  # a path is pasted into a shell: quote it
+            parts.append(f"top allocation sites and fixes: gpudoctor memory show {shown}")
         if armed:
             parts.append(f"recording allocation history until step {self.history_until}, "
                          "so a repeat OOM is written with its allocation sites")

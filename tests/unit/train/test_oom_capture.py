@@ -235,3 +235,11 @@ def test_option_round_trips_through_files(tmp_path, suffix) -> None:
 def test_option_read_from_toml_text(tmp_path) -> None:
     (tmp_path / "t.toml").write_text('[robust]\noom_snapshot = "off"\noom_dir = "oom"\n', encoding="utf-8")
     assert TrainConfig.from_file(tmp_path / "t.toml").robust == RobustConfig(oom_snapshot="off", oom_dir="oom")
+
+
+def test_the_suggested_memory_show_command_quotes_the_path(allocator) -> None:
+    """oom_dir comes from the user's config: pasted into a shell, its path must stay one word."""
+    with pytest.raises(torch.OutOfMemoryError) as err:
+        _fit(_OomAbove(limit=4), RobustConfig(oom_recover=True, min_micro_batch=8,
+                                              oom_dir="my runs; rm -rf x"))
+    assert "gpudoctor memory show 'my runs; rm -rf x/oom-rank0.json'" in str(err.value)
