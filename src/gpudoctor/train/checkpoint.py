@@ -10,7 +10,10 @@ and says why. Only rank 0 writes; every rank's RNG states travel in the same fil
 
 Resume heals: :func:`load_newest` reads the newest checkpoint that reads; one that does not
 (truncated, corrupt, not a checkpoint) is named in a warning, renamed ``*.corrupt`` (kept for a
-person to look at, no longer in the way) and the next older one is tried.
+person to look at, no longer in the way) and the next older one is tried. When checkpoints exist
+but none reads, it raises :class:`CheckpointLoadError` and moves nothing: a silent restart from
+step 0 would throw the progress away. Extras that ``weights_only`` could not read back are refused
+at save (:func:`plain_extras`), not discovered at resume.
 
 What is saved: model (without ``module.``/``_orig_mod.`` prefixes; full state even under FSDP2),
 optimizer, GradScaler, LR scheduler, progress (epoch, step, batches consumed this epoch, micro-batch
@@ -20,6 +23,7 @@ of the current epoch (so a loader's shuffle can be replayed).
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import random
@@ -105,6 +109,51 @@ class CheckpointSaveError(OSError):
     """A checkpoint could not be written; the message says why and what to do."""
 
 
+class CheckpointLoadError(RuntimeError):
+    """Checkpoints were found but none loads; the message names each file, why, and what to do."""
+
+
+# What torch.load(weights_only=True) reads back (its unpickler's allow-list), by exact type: a
+# subclass (an Enum, a namedtuple, a Path) pickles as its own class and is refused at load.
+_PLAIN = (bool, int, float, complex, str, bytes, bytearray, type(None),
+          torch.Tensor, torch.nn.Parameter, torch.Size, torch.device, torch.dtype)
+_MAPPINGS = (dict, collections.OrderedDict, collections.Counter)
+_SEQUENCES = (list, tuple, set)
+
+
+def plain_extras(extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` as data that ``torch.load(weights_only=True)`` reads back: NumPy scalars become
+    Python numbers; anything else outside the allow-list raises ``TypeError`` naming the entry and
+    what to pass instead (saved, it would make every later resume fail)."""
+    return {key: _plain(value, key) for key, value in extra.items()}
+
+
+def _plain(value: Any, where: str) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic):  # np.float64, np.int64, np.bool_...
+        return _plain(value.item(), where)
+    if kind in _MAPPINGS:
+        out = {_plain(k, f"a key of {where}"): _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+        return out if kind is dict else kind(out)
+    if kind in _SEQUENCES:
+        return kind(_plain(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, os.PathLike):
+        hint = "pass str(...) of it"
+    elif np is not None and isinstance(value, np.ndarray):
+        hint = "pass torch.from_numpy(...) or .tolist() of it"
+    elif hasattr(value, "__dataclass_fields__"):
+        hint = "pass dataclasses.asdict(...) of it"
+    elif hasattr(value, "state_dict"):
+        hint = "pass its .state_dict()"
+    else:
+        hint = "pass plain data: tensors, numbers, strings, bool, None, and dicts, lists or tuples of them"
+    raise TypeError(f"checkpoint extra {where} is a {kind.__module__}.{kind.__qualname__}, which "
+                    f"torch.load(weights_only=True) cannot read back, so resuming would fail; {hint}")
+
+
 def atomic_save(obj: Any, path: Path) -> None:
     """``torch.save`` to ``path`` so that a crash at any moment leaves the old file or the new one.
 
@@ -176,34 +225,55 @@ def load(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]
 
 
 def load_newest(folder: str | Path, device: torch.device | str = "cpu") -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in ``folder`` that reads, as ``(path, state)``; ``None`` if none does.
+    """The newest checkpoint in ``folder`` that reads, as ``(path, state)``; ``None`` if there are none.
 
     A file that does not read (truncated: ``EOFError``/``OSError``/zip errors; corrupt:
-    ``UnpicklingError``; anything else ``torch.load`` raises) is named in a ``RuntimeWarning`` and
-    renamed ``<name>.corrupt`` so later restarts do not trip over it again; the next older one
-    is tried. Several ranks may do this at once: a file another rank already moved is skipped.
+    ``UnpicklingError``; anything else ``torch.load`` raises; no model state) is skipped for the
+    next older one; once one reads, each skipped file is named in a ``RuntimeWarning`` and renamed
+    ``<name>.corrupt`` so later restarts do not trip over it again. Several ranks may do this at
+    once: a file another rank already moved is skipped.
+
+    Raises:
+        CheckpointLoadError: checkpoints exist but none reads (each named with why; none is moved,
+            so a restart stops here again rather than training from step 0).
     """
+    failed: list[tuple[Path, str]] = []
     for path in reversed(list_checkpoints(folder)):
         try:
             state = load(path, device)
         except FileNotFoundError:
             continue  # another rank moved it aside a moment ago
         except Exception as exc:  # noqa: BLE001 - whatever torch.load raises, the file does not load
-            aside = path.with_name(path.name + ".corrupt")
-            try:
-                os.replace(path, aside)
-                moved = f"moved it to {aside.name}"
-            except OSError as move_exc:
-                moved = f"could not move it aside ({move_exc})"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            warnings.warn(f"checkpoint {path} does not load ({type(exc).__name__}: {first[:200]}); {moved}; "
-                          "trying the next older checkpoint", RuntimeWarning, stacklevel=2)
+            failed.append((path, f"{type(exc).__name__}: {first[:200]}"))
             continue
         if not isinstance(state, dict) or "model" not in state:
-            warnings.warn(f"checkpoint {path} holds no model state; skipped", RuntimeWarning, stacklevel=2)
+            failed.append((path, "it holds no model state"))
             continue
+        for bad, why in failed:
+            _move_aside(bad, why)
         return path, state
+    if failed:
+        lines = "".join(f"\n  {p.name}: {why}" for p, why in failed)
+        raise CheckpointLoadError(
+            f"{len(failed)} checkpoint(s) in {Path(folder)} found but none loads, so resuming would restart "
+            f"from step 0:{lines}\nNothing was moved. Load one yourself to see why (torch.load(path, "
+            "weights_only=True)); to start from step 0 on purpose, move them out of the folder or point "
+            "checkpoint.dir at another one")
     return None
+
+
+def _move_aside(path: Path, why: str) -> None:
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        os.replace(path, aside)
+        moved = f"moved it to {aside.name}"
+    except FileNotFoundError:
+        return  # another rank moved it already (and warned)
+    except OSError as move_exc:
+        moved = f"could not move it aside ({move_exc})"
+    warnings.warn(f"checkpoint {path} does not load ({why}); {moved}; resumed from an older checkpoint",
+                  RuntimeWarning, stacklevel=3)
 
 
 def model_state(model: torch.nn.Module, sharded: bool) -> dict[str, Any]:
