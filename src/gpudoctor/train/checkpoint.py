@@ -4,7 +4,9 @@ A save goes through :func:`gpudoctor.records.atomic.atomic_file`: it writes
 ``step-XXXXXXXX.pt.<pid>-<random>.tmp`` (a name of its own, so two trainers sharing a folder never
 write the same temp file), flushes and fsyncs it, renames it over the final name (atomic on POSIX)
 and fsyncs the folder, so a crash leaves either the previous checkpoint or
-the new one, never half a file. A save that fails (disk full, no permission) removes its temp file
+the new one, never half a file. Beside it goes ``<name>.sha256`` (``sha256sum -c`` reads it), checked
+at load: bytes that changed after the write (a flipped bit in the tensor data loads without
+complaint otherwise) count as a corrupt file. A save that fails (disk full, no permission) removes its temp file
 and says why. Only rank 0 writes; every rank's RNG states travel in the same file. Loading uses
 ``torch.load(weights_only=True)``: a checkpoint cannot run code.
 
@@ -24,7 +26,9 @@ of the current epoch (so a loader's shuffle can be replayed).
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
+import hashlib
 import os
 import random
 import re
@@ -36,7 +40,7 @@ from typing import Any
 
 import torch
 
-from gpudoctor.records.atomic import atomic_file
+from gpudoctor.records.atomic import atomic_file, write_text_atomic
 
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
 _PREFIXES = ("module.", "_orig_mod.")
@@ -109,6 +113,43 @@ class CheckpointSaveError(OSError):
     """A checkpoint could not be written; the message says why and what to do."""
 
 
+class CheckpointChecksumError(ValueError):
+    """A checkpoint's bytes do not match the checksum written beside it."""
+
+
+def sidecar(path: Path) -> Path:
+    """The checksum file beside a checkpoint: ``<name>.sha256``."""
+    return path.with_name(path.name + ".sha256")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path) -> None:
+    """Check ``path`` against its ``.sha256`` file; none (older checkpoints, or a crash between
+    the two renames) passes unverified.
+
+    Raises:
+        CheckpointChecksumError: the bytes differ from those written, or the checksum file is unreadable.
+    """
+    side = sidecar(path)
+    try:
+        words = side.read_text(encoding="ascii").split()
+    except FileNotFoundError:
+        return
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointChecksumError(f"its checksum file {side.name} is unreadable ({exc})") from exc
+    got = file_sha256(path)
+    if not words or words[0].lower() != got:
+        raise CheckpointChecksumError(f"its bytes changed after it was written: sha256 {got[:16]}... differs "
+                                      f"from {side.name}")
+
+
 class CheckpointLoadError(RuntimeError):
     """Checkpoints were found but none loads; the message names each file, why, and what to do."""
 
@@ -162,6 +203,7 @@ def atomic_save(obj: Any, path: Path) -> None:
             cause: disk full, permissions, read-only file system).
     """
     path = Path(path)
+    sidecar(path).unlink(missing_ok=True)  # an old one must never condemn the new file
     try:
         with atomic_file(path) as f:
             torch.save(obj, f)
@@ -179,6 +221,11 @@ def atomic_save(obj: Any, path: Path) -> None:
                 0, f"could not write checkpoint {path}: {exc}; the partial file was removed (often: the disk "
                 "is full). Free space or point checkpoint.dir elsewhere") from exc
         raise
+    try:
+        write_text_atomic(sidecar(path), f"{file_sha256(path)}  {path.name}\n")
+    except OSError as exc:
+        warnings.warn(f"checkpoint {path} was written but its checksum file could not be ({exc}); it will "
+                      "load unverified", RuntimeWarning, stacklevel=2)
 
 
 def list_checkpoints(folder: str | Path) -> list[Path]:
@@ -210,6 +257,7 @@ def prune(folder: str | Path, keep_last: int) -> list[Path]:
             continue
         if old or mine in p.name or p.name.endswith(".pt.tmp"):  # .pt.tmp: the old fixed name
             gone.append(p)
+    gone += [side for p in gone if (side := sidecar(p)).exists()]
     for p in gone:
         p.unlink(missing_ok=True)
     return gone
@@ -220,7 +268,10 @@ def checkpoint_path(folder: str | Path, step: int) -> Path:
 
 
 def load(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`atomic_save` (weights only: no code runs)."""
+    """Read a checkpoint written by :func:`atomic_save` (weights only: no code runs), checked against
+    its ``.sha256`` file when it has one (:func:`verify`)."""
+    path = Path(path)
+    verify(path)
     return torch.load(path, map_location=device, weights_only=True)
 
 
@@ -228,7 +279,7 @@ def load_newest(folder: str | Path, device: torch.device | str = "cpu") -> tuple
     """The newest checkpoint in ``folder`` that reads, as ``(path, state)``; ``None`` if there are none.
 
     A file that does not read (truncated: ``EOFError``/``OSError``/zip errors; corrupt:
-    ``UnpicklingError``; anything else ``torch.load`` raises; no model state) is skipped for the
+    ``UnpicklingError`` or a checksum mismatch; anything else ``torch.load`` raises; no model state) is skipped for the
     next older one; once one reads, each skipped file is named in a ``RuntimeWarning`` and renamed
     ``<name>.corrupt`` so later restarts do not trip over it again. Several ranks may do this at
     once: a file another rank already moved is skipped.
@@ -268,6 +319,8 @@ def _move_aside(path: Path, why: str) -> None:
     try:
         os.replace(path, aside)
         moved = f"moved it to {aside.name}"
+        with contextlib.suppress(OSError):  # its checksum goes with it, for the person who looks
+            os.replace(sidecar(path), sidecar(aside))
     except FileNotFoundError:
         return  # another rank moved it already (and warned)
     except OSError as move_exc:

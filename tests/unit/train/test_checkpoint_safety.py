@@ -1,5 +1,6 @@
-"""What a checkpoint holds reads back: extras ``weights_only`` would refuse are refused at save,
-and a resume that finds checkpoints but loads none stops with an error (issue 36, item 2)."""
+"""What a checkpoint holds reads back: extras ``weights_only`` would refuse are refused at save, a
+resume that finds checkpoints but loads none stops with an error, a checksum catches changed bytes,
+and prune clears crash leftovers (issue 36, items 2, 3, 8)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,55 @@ def test_a_resume_that_loads_none_of_the_checkpoints_found_raises_naming_each(tm
         _engine().load_newest(tmp_path)
     assert len(ckpt.list_checkpoints(tmp_path)) == 2  # nothing moved: a restart stops here again
     assert _engine().load_newest(tmp_path / "empty") is None  # no checkpoints at all: a fresh start
+
+
+# ----------------------------------------------------------------- item 3: a checksum per checkpoint
+def _save_marked(folder, step):
+    """A checkpoint whose tensor data holds a pattern that can be found in the file's bytes."""
+    marker = torch.arange(64, dtype=torch.float32) + step
+    path = ckpt.checkpoint_path(folder, step)
+    ckpt.atomic_save({"model": {"w": marker}, "step": step}, path)
+    return path, marker
+
+
+def _flip_tensor_bytes(path, marker):
+    data = bytearray(path.read_bytes())
+    at = data.find(marker.numpy().tobytes())
+    assert at > 0
+    data[at + 8: at + 48] = bytes(b ^ 0xFF for b in data[at + 8: at + 48])  # 40 bytes of tensor data
+    path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_gets_a_sha256sum_file(tmp_path):
+    path, _ = _save_marked(tmp_path, 2)
+    import hashlib
+
+    assert ckpt.sidecar(path).read_text() == f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000002.pt", "step-00000002.pt.sha256"]
+
+
+def test_flipped_tensor_bytes_are_caught_and_the_previous_checkpoint_used(tmp_path):
+    _save_marked(tmp_path, 2)
+    newest, marker = _save_marked(tmp_path, 4)
+    _flip_tensor_bytes(newest, marker)
+    with pytest.warns(RuntimeWarning, match=r"step-00000004\.pt does not load .*bytes changed.*moved it to "
+                                            r"step-00000004\.pt\.corrupt"):
+        path, state = ckpt.load_newest(tmp_path)
+    assert path.name == "step-00000002.pt" and state["step"] == 2
+    assert (tmp_path / "step-00000004.pt.corrupt").exists() and (tmp_path / "step-00000004.pt.corrupt.sha256").exists()
+    with pytest.raises(ckpt.CheckpointChecksumError, match="bytes changed"):
+        ckpt.load(tmp_path / "step-00000004.pt.corrupt")
+
+
+def test_a_checkpoint_without_a_checksum_file_loads_as_before(tmp_path):
+    path, marker = _save_marked(tmp_path, 2)
+    ckpt.sidecar(path).unlink()
+    found = ckpt.load_newest(tmp_path)
+    assert found is not None and torch.equal(found[1]["model"]["w"], marker)
+
+
+def test_prune_removes_the_checksum_files_of_what_it_removes(tmp_path):
+    for step in (1, 2, 3):
+        _save_marked(tmp_path, step)
+    ckpt.prune(tmp_path, keep_last=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003.pt", "step-00000003.pt.sha256"]
