@@ -107,6 +107,10 @@ _WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhau
         errno.EACCES: "permission denied", errno.EPERM: "permission denied",
         errno.EROFS: "the file system is read-only"}
 STALE_TMP_S = 3600  # another writer's temp file this old is a crash leftover: prune removes it
+# A temp file whose writer's pid is gone is a leftover once untouched this long: a writer keeps
+# touching its file, and on a folder shared across hosts a pid from another host means nothing here.
+DEAD_TMP_GRACE_S = 60
+_TMP_PID = re.compile(r"\.(\d+)-[0-9a-f]{8}\.tmp$")
 
 
 class CheckpointSaveError(OSError):
@@ -243,24 +247,42 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
 
 
 def prune(folder: str | Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` checkpoints and crash leftovers; return what went.
+    """Delete all but the newest ``keep_last`` checkpoints (with their checksum files) and crash
+    leftovers; return what went.
 
-    Leftover temp files are this process's own or older than :data:`STALE_TMP_S`: a temp file of
-    another trainer writing into the same folder right now is left alone."""
+    A leftover temp file is this process's own, one whose writer (the pid in its name) is no
+    longer alive and that is untouched for :data:`DEAD_TMP_GRACE_S`, or one older than
+    :data:`STALE_TMP_S`: a temp file another trainer is writing right now is left alone."""
     found = list_checkpoints(folder)
     gone = found[:-keep_last] if keep_last else found
     now, mine = time.time(), f".{os.getpid()}-"
     for p in Path(folder).glob("step-*.tmp"):
         try:
-            old = now - p.stat().st_mtime > STALE_TMP_S
+            age = now - p.stat().st_mtime
         except FileNotFoundError:
             continue
-        if old or mine in p.name or p.name.endswith(".pt.tmp"):  # .pt.tmp: the old fixed name
+        m = _TMP_PID.search(p.name)
+        dead = m is not None and age > DEAD_TMP_GRACE_S and not _alive(int(m.group(1)))
+        old_name = p.name.endswith(".pt.tmp")  # the fixed temp name of older versions
+        if age > STALE_TMP_S or dead or mine in p.name or old_name:
             gone.append(p)
     gone += [side for p in gone if (side := sidecar(p)).exists()]
     for p in gone:
         p.unlink(missing_ok=True)
     return gone
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists here (another user's counts: kill says EPERM)."""
+    if pid <= 0:
+        return True  # not a pid a writer has; keep the file
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def checkpoint_path(folder: str | Path, step: int) -> Path:

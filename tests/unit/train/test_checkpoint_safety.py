@@ -4,6 +4,8 @@ and prune clears crash leftovers (issue 36, items 2, 3, 8)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +119,24 @@ def test_prune_removes_the_checksum_files_of_what_it_removes(tmp_path):
         _save_marked(tmp_path, step)
     ckpt.prune(tmp_path, keep_last=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003.pt", "step-00000003.pt.sha256"]
+
+
+# ----------------------------------------------------------------- item 8: crash leftovers
+def test_prune_removes_temp_files_whose_writer_died(tmp_path):
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                           text=True, check=True)  # exited and reaped: its pid is not alive
+    dead_pid, live_pid = int(child.stdout), os.getppid()
+    dead = tmp_path / f"step-00000004.pt.{dead_pid}-abcd1234.tmp"
+    dead_sidecar = tmp_path / f"step-00000004.pt.sha256.{dead_pid}-abcd1234.tmp"
+    live = tmp_path / f"step-00000005.pt.{live_pid}-abcd1234.tmp"
+    fresh_dead = tmp_path / f"step-00000006.pt.{dead_pid}-abcd1234.tmp"  # might be another host's writer
+    minutes_ago = time.time() - ckpt.DEAD_TMP_GRACE_S - 60  # far younger than STALE_TMP_S
+    for p in (dead, dead_sidecar, live, fresh_dead):
+        p.write_bytes(b"x")
+    for p in (dead, dead_sidecar, live):
+        os.utime(p, (minutes_ago, minutes_ago))
+    assert sorted(ckpt.prune(tmp_path, keep_last=1)) == sorted([dead, dead_sidecar])
+    assert live.exists() and fresh_dead.exists()
