@@ -205,8 +205,11 @@ class Engine:
         return {**state, **extra}
 
     def save(self, path: str | Path, **extra: Any) -> None:
-        """Write :meth:`state` to ``path`` atomically (rank 0 writes; every rank must call it)."""
-        state = self.state(**extra)
+        """Write :meth:`state` to ``path`` atomically (rank 0 writes; every rank must call it).
+
+        ``extra`` must be data ``torch.load(weights_only=True)`` reads back (NumPy scalars are
+        turned into Python numbers; a ``Path`` or an object raises ``TypeError`` saying what to pass)."""
+        state = self.state(**ckpt.plain_extras(extra))
         if self.is_main:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             ckpt.atomic_save(state, Path(path))
@@ -228,7 +231,9 @@ class Engine:
 
     def load_newest(self, folder: str | Path) -> tuple[Path, dict[str, Any]] | None:
         """Restore the newest checkpoint in ``folder`` that reads; one that does not (truncated,
-        corrupt) is named in a warning and moved aside to ``*.corrupt``. ``None``: nothing to load."""
+        corrupt) is named in a warning and moved aside to ``*.corrupt``. ``None``: nothing to load.
+        Raises :class:`~gpudoctor.train.checkpoint.CheckpointLoadError` when checkpoints exist but
+        none loads (never a silent start from step 0)."""
         found = ckpt.load_newest(folder)
         if found is None:
             return None

@@ -68,12 +68,15 @@ def test_resume_from_the_older_checkpoint_equals_the_uninterrupted_run(tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(full_model.parameters(), model.parameters()))
 
 
-def test_no_readable_checkpoint_starts_from_scratch(tmp_path):
-    _run(tmp_path, max_steps=4)
-    _garbage(ckpt.checkpoint_path(tmp_path, 4))
-    with pytest.warns(RuntimeWarning, match="does not load"):
-        _, _, result = _run(tmp_path, max_steps=2)
-    assert result.resumed_from_step is None and result.steps == 2
+def test_checkpoints_that_all_fail_to_load_stop_the_resume_instead_of_restarting_at_step_0(tmp_path):
+    _run(tmp_path, max_steps=8)  # saves at 4 and 8
+    _garbage(ckpt.checkpoint_path(tmp_path, 8))
+    _truncate(ckpt.checkpoint_path(tmp_path, 4))
+    with pytest.raises(ckpt.CheckpointLoadError, match=r"(?s)2 checkpoint\(s\) .* none loads.*"
+                       r"step-00000008\.pt: \w+Error.*step-00000004\.pt: .*move them out of the folder"):
+        _run(tmp_path, max_steps=10)
+    # nothing moved aside: the next restart stops here again instead of training from step 0
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step-00000004.pt", "step-00000008.pt"]
 
 
 def test_two_writers_in_one_folder_use_their_own_temp_files(tmp_path, monkeypatch):
