@@ -35,6 +35,7 @@ from gpudoctor.collectors.instrument import spawn
 from gpudoctor.collectors.knobs import Knob, child_env
 from gpudoctor.collectors.supervise import Supervisor, signal_group
 from gpudoctor.collectors.watch import ProgressReporter, RunProgress, Tee, echoes, start_samplers, stop_samplers
+from gpudoctor.core.parent_death import die_with_parent
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.records.base import write_json
 from gpudoctor.records.rundir import KIND_MANIFEST, MANIFEST, STDOUT
@@ -275,6 +276,7 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             process_group=0,  # its own group: Ctrl-C reaches gpudoctor, which stops the whole job
+            preexec_fn=die_with_parent(),  # and kill -9 of gpudoctor does not leave it training
         )
     except OSError as exc:
         log.close()
