@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.analysis.cuda_drivers import (
+    driver_at_least,
+    mvc_minimum,
+    release_driver,
+    upgrade_text,
+)
 from gpudoctor.analysis.env_rules_gpu import communication_rows, gpu_rows, usable_gpus
 from gpudoctor.analysis.env_text import cuda_tag, cudnn_words, reinstall_torch, row, version_tuple
 from gpudoctor.records.env import CheckReport, CheckResult, EnvFacts, Layer, Verdict
 from gpudoctor.records.units import GIB, MISSING, human_bytes
 
 L = Layer
-# Minimum Linux driver branch per CUDA major for minor-version compatibility (NVIDIA, "CUDA
-# Compatibility — Minor Version Compatibility", table 1: 11.x >= 450, 12.x >= 525, 13.x >= 580).
-MIN_DRIVER_BRANCH = {11: 450, 12: 525, 13: 580}
 # CUDA variants PyTorch publishes wheels for, newest last (suggested when the driver is old).
 TORCH_CUDA_TAGS = ("11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0")
 SHM_MIN_BYTES = 1 * GIB
@@ -89,21 +92,32 @@ def _triangle(facts: EnvFacts) -> CheckResult:
                    f"driver supports CUDA ≤ {drv.cuda_version or MISSING}; torch has no CUDA runtime "
                    "to compare (see runtime layer)")
     need = version_tuple(torch.cuda)
-    if drv.cuda_version is None:  # nvidia-smi without a banner: fall back to the branch table
-        branch = version_tuple(drv.version or "0")[0]
-        minimum = MIN_DRIVER_BRANCH.get(need[0])
-        if minimum is None or branch >= minimum:
+    if drv.cuda_version is None:  # nvidia-smi without a banner: fall back to the driver tables
+        minimum, full = mvc_minimum(torch.cuda), release_driver(torch.cuda)
+        if minimum is not None and not driver_at_least(drv.version or "0", minimum):
+            return row(L.DRIVER, name, Verdict.FAIL,
+                       f"driver {drv.version} is older than {minimum}, the minimum for CUDA "
+                       f"{need[0]}.x that torch {torch.version} needs", _old_driver_fix(torch.cuda, None))
+        if full is not None and not driver_at_least(drv.version or "0", full):
+            return row(L.DRIVER, name, Verdict.WARN,
+                       f"driver {drv.version} is older than {full}, CUDA {torch.cuda}'s release "
+                       f"driver: torch {torch.version} runs through CUDA minor-version "
+                       "compatibility, but PTX JIT and some newer features fail",
+                       _old_driver_fix(torch.cuda, None))
+        if full is None and minimum is None:
             return row(L.DRIVER, name, Verdict.PASS,
-                       f"driver {drv.version} ≥ {minimum} needed by CUDA {need[0]}.x (torch {torch.cuda})")
-        return row(L.DRIVER, name, Verdict.FAIL,
-                   f"driver {drv.version} is older than {minimum}, the minimum for CUDA {need[0]}.x "
-                   f"that torch {torch.version} needs", _old_driver_fix(torch.cuda, None))
+                       f"driver {drv.version}; no known minimum for CUDA {torch.cuda} to compare "
+                       f"(torch {torch.version})")
+        return row(L.DRIVER, name, Verdict.PASS,
+                   f"driver {drv.version} ≥ {full or minimum}, enough for CUDA {torch.cuda} "
+                   f"(torch {torch.version})")
     have = version_tuple(drv.cuda_version)
     evidence = (f"driver {drv.version} supports CUDA ≤ {drv.cuda_version}; torch {torch.version} "
                 f"ships the CUDA {torch.cuda} runtime")
     if need[:2] <= have[:2]:
         return row(L.DRIVER, name, Verdict.PASS, evidence)
-    if need[0] > have[0]:
+    minimum = mvc_minimum(torch.cuda)
+    if need[0] > have[0] or (minimum and drv.version and not driver_at_least(drv.version, minimum)):
         return row(L.DRIVER, name, Verdict.FAIL, evidence + ": the driver is too old",
                    _old_driver_fix(torch.cuda, drv.cuda_version))
     return row(L.DRIVER, name, Verdict.WARN,
@@ -112,8 +126,7 @@ def _triangle(facts: EnvFacts) -> CheckResult:
 
 
 def _old_driver_fix(torch_cuda: str, driver_cuda: str | None) -> str:
-    major = version_tuple(torch_cuda)[0]
-    text = f"upgrade the NVIDIA driver to branch ≥ {MIN_DRIVER_BRANCH.get(major, '?')}"
+    text = upgrade_text(torch_cuda)
     if driver_cuda:
         fits = [t for t in TORCH_CUDA_TAGS if version_tuple(t) <= version_tuple(driver_cuda)]
         if fits:

@@ -23,6 +23,7 @@ from gpudoctor.errors import GpuDoctorUserError
 _CONTEXT = {"allow_extra_args": True, "allow_interspersed_args": False}
 EMBEDDED = "basic_user"  # the seeds' "basic user" loop: data-loader bound on any machine
 SIZES = ("auto", "tiny", "small", "medium")
+STALL_TIMEOUT_S = 30.0  # run's --stall-timeout default
 DOCTOR_MAX_RUNS = 3  # runs of each setting at most when proving the top fix (run --try: --repeats)
 
 
@@ -52,11 +53,11 @@ def _run(spec: Any, progress: Any) -> Any:
 
 
 def _prove(command: tuple[str, ...], base: Path, steps: int, steps_given: bool, knobs: str, first: Any,
-           progress: Any) -> Any:
+           progress: Any, stall_timeout_s: float = STALL_TIMEOUT_S) -> Any:
     """The top fix, measured as ``run --try`` measures it: interleaved baseline and knobbed runs
     until the difference is above the run-to-run noise (the diagnosed run is the first baseline).
     Returns the runs (``TryRuns``: ``.comparison``, ``.exit_code``)."""
-    from gpudoctor.cli.try_runs import measure, steps_for
+    from gpudoctor.cli.try_runs import measure, stall_for, steps_for
     from gpudoctor.collectors.knobs import parse_knobs
 
     parsed = parse_knobs(knobs)
@@ -71,8 +72,9 @@ def _prove(command: tuple[str, ...], base: Path, steps: int, steps_given: bool, 
     def make_spec(run_dir: Path, *, knobs: tuple, repeat: bool) -> Any:
         from gpudoctor.collectors.launch import RunSpec
 
+        stall = stall_for(tuple(k.name for k in knobs), stall_timeout_s)  # as run --try: compile warms up
         return RunSpec(command=command, run_dir=run_dir, steps=run_steps, echo_child=False, knobs=knobs,
-                       **({"profile": False, "sample_gpu": False} if repeat else {}))
+                       stall_timeout_s=stall, **({"profile": False, "sample_gpu": False} if repeat else {}))
 
     def on_run(arm: str, n: int) -> None:
         progress.label = f"[4/5] {arm} run {n} (at most {DOCTOR_MAX_RUNS} of each): "
@@ -96,6 +98,10 @@ def register(app: typer.Typer) -> None:
         size: str = typer.Option("auto", "--size", help="Size of the embedded workload when no command "
                                  "is given: auto (small on a GPU, tiny on a CPU), tiny, small, medium."),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds the GPU probe of the check may take."),
+        stall_timeout: float = typer.Option(
+            STALL_TIMEOUT_S, "--stall-timeout", help="Seconds without an optimizer step (at least 20 x the "
+            "median step) before the script is stopped as stalled, with every rank's stacks; raise "
+            "it for long evals or checkpoints, as for run."),
         json_output: bool = typer.Option(False, "--json", help="Print JSON instead of the summary."),
         fail_on: FailOn = typer.Option(FailOn.WARN, "--fail-on", help=FAIL_ON_HELP),
         price: float = price_option(),
@@ -117,6 +123,7 @@ def register(app: typer.Typer) -> None:
           gpudoctor doctor
           gpudoctor doctor --no-try --size tiny
           gpudoctor doctor --steps 40 python train.py --lr 0.1
+          gpudoctor doctor --stall-timeout 300 python train.py   # long evals
         """
         from gpudoctor.analysis.env_rules import check_env
         from gpudoctor.analysis.knob_map import first_testable
@@ -138,6 +145,9 @@ def register(app: typer.Typer) -> None:
             raise GpuDoctorUserError(f"--size {size!r} is not one of {', '.join(SIZES)}")
         if timeout <= 0:
             raise GpuDoctorUserError(f"--timeout must be a positive number of seconds, got {timeout}")
+        if not stall_timeout > 0:  # nan too
+            raise GpuDoctorUserError(
+                f"--stall-timeout must be a positive number of seconds, got {stall_timeout}")
         if out is not None:  # before the minute of checks: a bad --out is refused at once
             from gpudoctor.collectors import outdir
 
@@ -168,7 +178,8 @@ def register(app: typer.Typer) -> None:
         with Progress(err) as progress:
             from gpudoctor.collectors.launch import RunSpec
 
-            spec = RunSpec(command=command, run_dir=base / "baseline", steps=steps, echo_child=False)
+            spec = RunSpec(command=command, run_dir=base / "baseline", steps=steps, echo_child=False,
+                           stall_timeout_s=stall_timeout)
             outcome, run, findings = _run(spec, progress)
         if outcome.exit_code == EXIT_INTERRUPTED:
             say(f"interrupted; what was recorded is in {run.path}")
@@ -186,7 +197,8 @@ def register(app: typer.Typer) -> None:
             say(f"gpudoctor: [4/5] proving the fix: the run again with --try {knobs}, interleaved with "
                 "the baseline until the difference is above the noise")
             with Progress(err) as progress:
-                proof = _prove(command, base, steps, steps_given, knobs, (outcome, run), progress)
+                proof = _prove(command, base, steps, steps_given, knobs, (outcome, run), progress,
+                               stall_timeout)
             if proof.exit_code == EXIT_INTERRUPTED:
                 say(f"interrupted while proving the fix; the runs so far are in {base}")
                 raise typer.Exit(EXIT_INTERRUPTED)

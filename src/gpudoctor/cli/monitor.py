@@ -55,14 +55,25 @@ def parse_gpus(text: str | None) -> list[int | str] | None:
     return out
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``"9400"`` -> ``("0.0.0.0", 9400)`` (every interface, as dcgm-exporter's ``:9400``);
-    ``"127.0.0.1:9400"`` -> that address. Bad text -> usage error."""
-    addr, _, port = text.strip().rpartition(":")
-    addr = addr.strip("[]") or "0.0.0.0"
+LOCAL_HOST = "127.0.0.1"  # the endpoint has no authentication: this machine only unless widened
+
+
+def parse_listen(text: str, host: str | None = None) -> tuple[str, int]:
+    """``"9400"`` -> ``(host or "127.0.0.1", 9400)``: the endpoint is unauthenticated, so it stays
+    on this machine unless ``--prometheus-host`` widens it; ``"ADDR:9400"`` -> that address (giving
+    ``host`` too is a usage error). Bad text -> usage error."""
+    addr, sep, port = text.strip().rpartition(":")
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         fail(f"--prometheus takes PORT or ADDR:PORT, like 9400 or 127.0.0.1:9400 (got {text!r})")
-    return addr, int(port)
+    addr = addr.strip("[]")
+    host = None if host is None else host.strip().strip("[]")
+    if sep and addr and host is not None and host != addr:
+        fail(f"--prometheus {text} names an address and --prometheus-host names {host}: "
+             "give the address once")
+    if sep and not addr:  # dcgm-exporter's ":9400" means every interface: make that a choice
+        fail(f"--prometheus {text}: an empty address is ambiguous; give 9400 for this machine "
+             "only or 0.0.0.0:9400 for every interface")
+    return addr or (host if host is not None else LOCAL_HOST), int(port)
 
 
 class MemoryTrail:
@@ -127,8 +138,13 @@ def register(app: typer.Typer) -> None:
         ),
         prometheus: str | None = typer.Option(
             None, "--prometheus", metavar="[ADDR:]PORT", help="Serve the samples to Prometheus "
-            "at http://ADDR:PORT/metrics (DCGM exporter names; PORT alone: every interface; "
-            "0: a free port)."
+            "at http://ADDR:PORT/metrics (DCGM exporter names; PORT alone: this machine only, "
+            "see --prometheus-host; 0: a free port)."
+        ),
+        prometheus_host: str | None = typer.Option(
+            None, "--prometheus-host", metavar="ADDR", show_default=False, help="Address for "
+            "--prometheus PORT (default 127.0.0.1, this machine only); 0.0.0.0: every interface. "
+            "The endpoint has no authentication: widen it only on a trusted network."
         ),
     ) -> None:
         """Watch GPU and host: utilization, memory, power, clocks, PCIe, NVLink, processes; log
@@ -145,9 +161,12 @@ def register(app: typer.Typer) -> None:
           gpudoctor monitor --log gpu.csv --interval 1 --duration 600
           gpudoctor monitor --pid 12345 --gpus 0,GPU-5e2b9d1a
           gpudoctor monitor --prometheus 9400 --interval 1
+          gpudoctor monitor --prometheus 9400 --prometheus-host 0.0.0.0
           gpudoctor monitor --log soak.csv --interval 5 --duration 86400
           gpudoctor monitor --summary soak.csv
         """
+        if prometheus_host is not None and prometheus is None:
+            fail("--prometheus-host sets the address of --prometheus PORT: give --prometheus too")
         if logfile is not None:
             if not summary:
                 fail(f"{logfile}: a log file is read with --summary "
@@ -160,7 +179,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(summarise_log(logfile, json_output))
         if once and (summary or prometheus is not None):
             fail("--once takes one snapshot: --summary and --prometheus need a running monitor")
-        listen = None if prometheus is None else parse_listen(prometheus)
+        listen = None if prometheus is None else parse_listen(prometheus, prometheus_host)
         if not interval >= MIN_INTERVAL_S:
             fail(
                 f"--interval must be at least {MIN_INTERVAL_S} s (got {interval}); NVML refreshes "

@@ -112,6 +112,48 @@ def test_driver_without_cuda_banner_uses_the_branch_table(facts_factory):
     assert rows(f)["driver.cuda"].verdict is Verdict.PASS
 
 
+def _cu118(f, version, cuda_version):
+    return R(f, driver=R(f.driver, source="nvidia-smi", version=version, cuda_version=cuda_version),
+             torch=R(f.torch, version="2.7.1+cu118", cuda="11.8"))
+
+
+def test_driver_470_runs_cu118_and_is_not_told_to_upgrade_to_450(facts_factory):
+    """470 is above 11.x's minor-version-compatibility minimum (450.80.02): a warning whose fix
+    is the driver that supports 11.8 in full (520.61.05), never a branch it already exceeds."""
+    for cuda_version in ("11.4", None):  # from the banner, and from the driver tables alone
+        row = rows(_cu118(facts_factory.healthy(1), "470.82.01", cuda_version))["driver.cuda"]
+        assert row.verdict is Verdict.WARN, row
+        assert "minor-version compatibility" in row.evidence
+        assert "≥ 520.61.05" in row.fix and "≥ 450 " not in row.fix and "branch ≥ 450" not in row.fix
+
+
+def test_driver_below_the_minor_version_minimum_fails(facts_factory):
+    for cuda_version in ("11.0", None):
+        row = rows(_cu118(facts_factory.healthy(1), "450.36.06", cuda_version))["driver.cuda"]
+        assert row.verdict is Verdict.FAIL, row
+        assert "≥ 520.61.05" in row.fix and "≥ 450.80.02" in row.fix
+
+
+def test_driver_at_the_release_driver_passes_without_a_banner(facts_factory):
+    row = rows(_cu118(facts_factory.healthy(1), "525.60.13", None))["driver.cuda"]
+    assert row.verdict is Verdict.PASS and "520.61.05" in row.evidence
+
+
+def test_driver_tables_are_consistent():
+    from gpudoctor.analysis.cuda_drivers import MIN_DRIVER_MVC, RELEASE_DRIVER, driver_at_least
+    from gpudoctor.analysis.env_rules import TORCH_CUDA_TAGS
+    from gpudoctor.analysis.env_text import version_tuple
+
+    assert set(TORCH_CUDA_TAGS) <= set(RELEASE_DRIVER)  # every wheel we suggest has a row
+    ordered = sorted(RELEASE_DRIVER, key=version_tuple)
+    drivers = [RELEASE_DRIVER[c] for c in ordered]
+    assert drivers == sorted(drivers, key=version_tuple)  # newer CUDA never needs an older driver
+    for cuda, driver in RELEASE_DRIVER.items():
+        major = version_tuple(cuda)[0]
+        if version_tuple(cuda)[1] > 0:  # x.0 GA may predate the compatibility minimum
+            assert driver_at_least(driver, MIN_DRIVER_MVC[major]), cuda
+
+
 def test_unreadable_device_files_fail_with_chmod_and_udev(facts_factory):
     f = facts_factory.healthy(1)
     nodes = tuple(DeviceNode(path=n.path, exists=True, readable=False, writable=False,

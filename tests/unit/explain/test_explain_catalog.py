@@ -101,3 +101,20 @@ def test_a_custom_catalog_is_used_when_given() -> None:
     catalog = parse_catalog(_toml(patterns="['''frobnicate failed''']", anchors='["frobnicate"]'))
     report = explain_text("x\nRuntimeError: frobnicate failed\n", catalog=catalog)
     assert [m.entry_id for m in report.matches] == ["a-b"]
+
+
+# nvidia-smi dmon's -s letters: u = utilization, t = PCIe rx/tx throughput, p = power/temperature,
+# m = memory, c = clocks, e = ECC/PCIe replay (nvidia-smi dmon --help)
+DMON_SELECT = {"u": ("util",), "t": ("rx/tx", "pcie", "throughput"), "p": ("power", "temperature"),
+               "c": ("clock",), "m": ("fb ", "framebuffer")}
+
+
+@pytest.mark.parametrize("entry", CATALOG.entries, ids=lambda e: e.id)
+def test_dmon_commands_select_the_metrics_their_text_reads(entry) -> None:
+    """A `nvidia-smi dmon -s X` hint that reads rx/tx must select t, one that reads util u, ..."""
+    for text in (entry.cause, *entry.verify, *entry.fix):
+        for letters in re.findall(r"nvidia-smi dmon -s (\w+)", text):
+            rest = text.lower().split("dmon -s", 1)[1]
+            for letter, words in DMON_SELECT.items():
+                if any(w in rest for w in words):
+                    assert letter in letters, f"{entry.id}: {text!r} reads {words[0]} without -s {letter}"

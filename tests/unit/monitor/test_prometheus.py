@@ -160,6 +160,9 @@ def test_a_real_process_serves_host_metrics_without_a_gpu():
     (["--prometheus", "nine"], "--prometheus takes PORT or ADDR:PORT"),
     (["--prometheus", "70000"], "--prometheus takes PORT or ADDR:PORT"),
     (["--prometheus", "9400", "--once"], "--once takes one snapshot"),
+    (["--prometheus", ":9400", "--duration", "0.5"], "0.0.0.0:9400 for every interface"),
+    (["--prometheus-host", "0.0.0.0"], "give --prometheus too"),
+    (["--prometheus", "10.0.0.1:9400", "--prometheus-host", "0.0.0.0"], "give the address once"),
 ])
 def test_bad_prometheus_options_are_usage_errors(args, message, monkeypatch, fake_nvml):
     monkeypatch.setattr(nvml_mod, "default_nvml", lambda: fake_nvml)
@@ -178,3 +181,31 @@ def test_a_port_in_use_is_a_clear_error(monkeypatch, fake_nvml):
                                           "--duration", "1"])
     assert result.exit_code == 2, result.output
     assert "cannot listen there" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("text,host,expected", [
+    ("9400", None, ("127.0.0.1", 9400)),  # unauthenticated: this machine only by default
+    ("9400", "0.0.0.0", ("0.0.0.0", 9400)),
+    ("9400", "[::]", ("::", 9400)),
+    ("10.0.0.5:9400", None, ("10.0.0.5", 9400)),
+    ("[::1]:0", None, ("::1", 0)),
+    ("0.0.0.0:9400", "0.0.0.0", ("0.0.0.0", 9400)),
+])
+def test_listen_address_defaults_to_this_machine(text, host, expected):
+    from gpudoctor.cli.monitor import parse_listen
+
+    assert parse_listen(text, host) == expected
+
+
+def test_port_alone_serves_on_loopback_only(monkeypatch, fake_nvml):
+    """``--prometheus PORT`` binds 127.0.0.1, not every interface; --prometheus-host widens it."""
+    import gpudoctor.cli.monitor as monitor_mod
+
+    monkeypatch.setattr(nvml_mod, "default_nvml", lambda: fake_nvml)
+    seen = []
+    monkeypatch.setattr(monitor_mod, "_serve", lambda gpu, host, listen: seen.append(listen))
+    for extra, addr in (([], "127.0.0.1"), (["--prometheus-host", "0.0.0.0"], "0.0.0.0")):
+        result = CliRunner().invoke(app, ["monitor", "--prometheus", "9400", *extra,
+                                          "--interval", "0.1", "--duration", "0.3"])
+        assert result.exit_code == 0, result.output
+        assert seen[-1] == (addr, 9400)
