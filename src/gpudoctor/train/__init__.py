@@ -21,11 +21,12 @@ from gpudoctor.train.data import ResumableSampler, fast_loader, move_to_device
 from gpudoctor.train.engine import Engine
 from gpudoctor.train.events import JsonlObserver, Observer
 from gpudoctor.train.gpu_loader import NO_AUGMENT, GpuAugment, GpuLoader
-from gpudoctor.train.loop import NonFiniteLossError, Trainer
+from gpudoctor.train.loop import Trainer
 from gpudoctor.train.metrics import FitResult
 from gpudoctor.train.precision import Precision
 from gpudoctor.train.prefetch import CudaPrefetcher
 from gpudoctor.train.scalars import ScalarsObserver
+from gpudoctor.train.stops import NonFiniteLossError
 
 __all__ = [
     "NO_AUGMENT",

@@ -186,7 +186,8 @@ class RobustConfig:
         nonfinite: ``stop`` (checked lazily, no added sync: stops within two steps, before any
             checkpoint is written), ``skip`` (checked before each optimizer step: one host sync per
             step) or ``off``.
-        max_skips: with ``skip``, stop after this many consecutive skipped steps.
+        max_skips: with ``skip``, raise ``NonFiniteLossError`` after this many consecutive skipped
+            steps (naming the first and last of them): a run that trains nothing must not look done.
         oom_snapshot: what to keep of an out-of-memory error on a CUDA GPU (files per rank:
             ``oom-rank{N}.json`` and ``oom-snapshot-rank{N}.pickle``). ``on_oom`` (default):
             costs nothing until an OOM; every OOM writes the allocator figures (requested,

@@ -39,10 +39,8 @@ from gpudoctor.train.events import Observer, StepTracker
 from gpudoctor.train.metrics import FitResult, RunClock, format_summary, lr_scale_factor, mfu, scale_lr
 from gpudoctor.train.oom import MicroBatchSplit, OomCapture, free_memory
 from gpudoctor.train.progress import ProgressBar
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The loss became NaN or inf and ``robust.nonfinite`` says to stop."""
+from gpudoctor.train.stops import (TERM_REASON, NonFiniteLossError as NonFiniteLossError, TermSignal,  # re-export
+                                   nonfinite_error, skip_streak_error, write_term_message)
 
 
 def default_unpack(batch: Any) -> tuple[Any, Any]:
@@ -64,6 +62,7 @@ class _Run:
     oom_recover: bool
     flops_per_sample: float | None
     bar: ProgressBar = dataclasses.field(default_factory=lambda: ProgressBar(False, 0))
+    term: TermSignal = dataclasses.field(default_factory=TermSignal)  # SIGTERM: save and stop
     flops_tried: bool = False  # counted once; None after that means it could not be counted
     epoch: int = 0
     step: int = 0
@@ -137,13 +136,14 @@ class Trainer:
         """Train for ``epochs`` (or until ``config.max_steps``); return what happened, reduced over ranks."""
         capture = OomCapture.start_for(self.config, self.env.rank, self.device)  # robust.oom_snapshot
         try:
-            return self._fit(train_loader, epochs, val_loader, capture)
+            with TermSignal() as term:  # SIGTERM saves at the next step boundary and returns
+                return self._fit(train_loader, epochs, val_loader, capture, term)
         finally:
             capture.close()  # stop the history recording it started, even when training failed
 
     def _fit(self, train_loader: Iterable | Dataset, epochs: int, val_loader: Iterable | None,
-             capture: OomCapture) -> FitResult:
-        run = self._start(train_loader, capture)
+             capture: OomCapture, term: TermSignal) -> FitResult:
+        run = dataclasses.replace(self._start(train_loader, capture), term=term)
         self._resume(run)
         for obs in self.observers:
             obs.on_run_start({"rank": self.env.rank, "world_size": self.parallel.world_size,
@@ -256,7 +256,7 @@ class Trainer:
         run.skipped += not stepped
         run.consecutive_skips = 0 if stepped else run.consecutive_skips + 1
         if rob.nonfinite == "skip" and run.consecutive_skips >= rob.max_skips:
-            run.stopped = f"{run.consecutive_skips} consecutive steps skipped for a non-finite loss/gradients"
+            raise skip_streak_error(run.consecutive_skips, run.step, self.env.rank)
 
         # bookkeeping: the record is completed lazily, when the GPU gets there (no sync)
         t_now, wall = time.perf_counter(), time.time()
@@ -286,6 +286,8 @@ class Trainer:
             run.bar.update(run.step, run.tracker.last_loss, run.samples * world / (t_now - run.clock.t0))
         if cfg.max_steps is not None and run.step >= cfg.max_steps:
             run.stopped = f"max_steps={cfg.max_steps} reached"
+        if run.term.agreed(run.step, self.parallel, cfg.log.every_steps):
+            run.stopped = TERM_REASON
         if cfg.checkpoint.every_steps and run.step % cfg.checkpoint.every_steps == 0:
             self._save(run)
 
@@ -313,6 +315,8 @@ class Trainer:
         if cfg.checkpoint.dir is not None:
             self._save(run)
         run.bar.close()
+        if run.stopped == TERM_REASON and self.is_main:
+            write_term_message(cfg.checkpoint.dir, run.step)
         for obs in self.observers:
             obs.on_run_end(run.tracker.emitted)
 
@@ -372,12 +376,7 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- helpers
     def _stop_nonfinite(self, tracker: StepTracker) -> None:
-        first = tracker.nonfinite_steps[0]
-        raise NonFiniteLossError(
-            f"the loss was NaN/inf at step {first} (rank {self.env.rank}); training stopped before "
-            "saving a checkpoint. Lower the learning rate, add precision.grad_clip_norm, use bf16 "
-            "instead of fp16, or set robust.nonfinite='skip' to skip such steps"
-        )
+        raise nonfinite_error(tracker.nonfinite_steps[0], self.env.rank)
 
     def _save(self, run: _Run) -> None:
         """Write a checkpoint (rank 0; every rank contributes its RNG state). One SYNC: the pending

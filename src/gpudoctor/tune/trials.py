@@ -171,7 +171,7 @@ def _execute(target: TuneTarget, spec: TrialSpec, pools: dict[str, SamplePool]) 
     error other than OOM: a CUDA error stays set in the context)."""
     import torch
 
-    from gpudoctor.train.loop import NonFiniteLossError
+    from gpudoctor.train.stops import NonFiniteLossError
 
     started = time.perf_counter()
     base = dict(knob=spec.knob, setting=spec.setting, params=spec.params)
