@@ -104,6 +104,12 @@ class Parallel:
         model.set_requires_gradient_sync(False)  # FSDP2: reduce-scatter only on the last micro-step
         return contextlib.nullcontext()
 
+    def store(self) -> Any:
+        """The process group's key-value store (a host-side TCP store: no device work)."""
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+
     def all_reduce_max(self, value: int) -> int:
         """The largest ``value`` over all ranks (a collective and a host sync point)."""
         if self.world_size == 1:

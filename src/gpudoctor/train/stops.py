@@ -56,6 +56,8 @@ class TermSignal:
         self.received = False
         self._previous: Any = None
         self._installed = False
+        self._key: str | None = None  # this fit's entry in the process group's store
+        self._stop_at: int | None = None
 
     def __enter__(self) -> TermSignal:
         if threading.current_thread() is threading.main_thread():
@@ -74,14 +76,31 @@ class TermSignal:
         self.received = True
 
     def agreed(self, step: int, parallel: Any, every: int) -> bool:
-        """Whether to stop now. One process: as soon as SIGTERM arrived. Under torchrun the ranks
-        agree (a tiny all-reduce and host sync) every ``every`` steps, so that all of them save
-        and stop at the same step even when the signal reaches them at different steps."""
+        """Whether to stop after ``step``. One process: as soon as SIGTERM arrived.
+
+        Under torchrun the ranks must stop at the same step, or the ones still training wait in
+        a collective forever. They agree through the process group's key-value store (host
+        only: no collective, no GPU sync in the step): every ``every`` steps a rank that got the
+        signal proposes to stop ``2 * every`` steps later, the first proposal wins, and every rank
+        reads it at its next boundary. Ranks more than ``every`` steps apart would miss it; DDP's
+        gradient all-reduce keeps them within a step or two.
+        """
         if parallel.world_size == 1:
             return self.received
         if step % every:
             return False
-        return bool(parallel.all_reduce_max(int(self.received)))
+        store = parallel.store()
+        if self._key is None:  # once per fit, on every rank: the same number names this fit
+            count = store.add(f"{_TERM_KEY}/fits", 1)
+            self._key = f"{_TERM_KEY}/{(count - 1) // parallel.world_size}"
+        if self._stop_at is None and self.received:
+            self._stop_at = int(store.compare_set(self._key, "", str(step + 2 * every)))
+        elif self._stop_at is None and store.check([self._key]):
+            self._stop_at = int(store.get(self._key))
+        return self._stop_at is not None and step >= self._stop_at
+
+
+_TERM_KEY = "gpudoctor/sigterm"
 
 
 def term_message(folder: str | Path | None, step: int) -> str:
