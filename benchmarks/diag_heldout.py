@@ -20,6 +20,9 @@ is at least ``MATERIAL`` faster; the verdict of each case:
 * ``wrong``: another finding comes first (or a WARN on a clean control);
 * ``none``: no finding at all on a material case.
 
+Each row also sets the measured gain (``1 - fixed/original`` step time) beside the expected gain of
+the first finding of the case's category: the table the predictions are calibrated from.
+
 The fix bar: every case whose fix gains at least 20% has a WARN/ERROR finding of its category
 whose fix text contains one of the case's ``fix_keywords``.
 """
@@ -165,7 +168,10 @@ def judge(case: dict, findings: list[dict], speedup: float | None) -> dict:
     keywords = [k.lower() for k in case.get("fix_keywords", [])]
     fix_named = any(f["code"] in codes and any(k in (f.get("fix") or "").lower() for k in keywords)
                     for f in loud)
+    named = next((f for f in findings if f["code"] in codes and f.get("expected_gain") is not None), None)
     return {"category": case["category"], "speedup": None if speedup is None else round(speedup, 3),
+            "measured_gain": None if not speedup else round(1.0 - 1.0 / speedup, 3),
+            "predicted_gain": None if named is None else named["expected_gain"],
             "material": case["category"] == "clean" or (speedup is not None and speedup >= MATERIAL),
             "verdict": verdict, "first": first, "first_title": findings[0]["title"] if findings else "",
             "loud": [f["code"] for f in loud], "fix_named": fix_named}
@@ -184,11 +190,13 @@ def score(ns: argparse.Namespace) -> None:
     summary = {"label": ns.label, "set": ns.set, "material_cases": len(material), "top_right": right,
                "fix_bar_cases": len(big), "fix_named": sum(r["fix_named"] for r in big),
                "measured": meta, "scored_with": " ".join(sys.argv)}
-    print(f"{'case':34} {'category':24} {'x':>6} {'verdict':7} first finding")
+    print(f"{'case':20} {'category':20} {'x':>6} {'gain':>5} {'pred':>5} {'verdict':7} first finding")
     for name, r in rows.items():
         sp = f"{r['speedup']:.2f}" if r["speedup"] else "-"
+        gain = f"{r['measured_gain']:.2f}" if r["measured_gain"] is not None else "-"
+        pred = f"{r['predicted_gain']:.2f}" if r["predicted_gain"] is not None else "-"
         mark = "" if r["material"] else " (not material)"
-        print(f"{name[:34]:34} {r['category'][:24]:24} {sp:>6} {r['verdict']:7} {r['first']}{mark}")
+        print(f"{name[:20]:20} {r['category'][:20]:20} {sp:>6} {gain:>5} {pred:>5} {r['verdict']:7} {r['first']}{mark}")
     print(f"top finding right: {right} of {len(material)} material cases; fix named in "
           f"{summary['fix_named']} of {len(big)} cases gaining >= {FIX_BAR - 1:.0%}")
     if ns.out:
