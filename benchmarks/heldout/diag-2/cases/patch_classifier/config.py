@@ -9,7 +9,7 @@ class Config:
     num_classes: int = 100
     batch_size: int = 384
     pool_batches: int = 3          # distinct synthetic batches kept in host memory
-    width: int = 96
+    width: int = 64
     lr: float = 2e-3
     weight_decay: float = 0.05
     warmup_steps: int = 20

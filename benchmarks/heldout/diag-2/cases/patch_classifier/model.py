@@ -4,17 +4,16 @@ import torch.nn.functional as F
 
 
 class PatchConvNet(nn.Module):
-    def __init__(self, channels=3, width=96, num_classes=100):
+    """8x8 patch embedding followed by one residual 3x3 conv stage."""
+
+    def __init__(self, channels=3, width=64, num_classes=100, patch=8):
         super().__init__()
-        w2 = width // 2
-        self.stem = nn.Sequential(nn.Conv2d(channels, w2, kernel_size=4, stride=4), nn.BatchNorm2d(w2), nn.GELU())
-        self.down = nn.Sequential(nn.Conv2d(w2, width, kernel_size=2, stride=2), nn.BatchNorm2d(width), nn.GELU())
+        self.stem = nn.Sequential(nn.Conv2d(channels, width, kernel_size=patch, stride=patch), nn.GELU())
         self.block = nn.Sequential(nn.Conv2d(width, width, kernel_size=3, padding=1), nn.BatchNorm2d(width), nn.GELU())
         self.head = nn.Linear(width, num_classes)
 
     def forward(self, x):
         x = self.stem(x)
-        x = self.down(x)
         x = x + self.block(x)
         x = F.adaptive_avg_pool2d(x, 1).flatten(1)
         return self.head(x)

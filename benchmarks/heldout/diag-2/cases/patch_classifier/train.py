@@ -24,6 +24,7 @@ def main():
     cfg = Config.from_env()
     torch.manual_seed(cfg.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cudnn.benchmark = True
 
     # decode + ToTensor/Normalize happen "in the loader", batches arrive ready for the model
     g = torch.Generator().manual_seed(cfg.seed)

@@ -24,6 +24,7 @@ def main():
     cfg = Config.from_env()
     torch.manual_seed(cfg.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cudnn.benchmark = True
 
     # keep decoded images as uint8 on the host; ToTensor/Normalize run on the device
     g = torch.Generator().manual_seed(cfg.seed)
