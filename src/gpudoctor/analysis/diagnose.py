@@ -13,6 +13,7 @@ from collections.abc import Callable
 from gpudoctor.analysis import (
     compile_rules,
     compute_rules,
+    copy_rules,
     conv_rules,
     distributed_rules,
     grad_sync_rules,
@@ -114,7 +115,10 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     findings.extend(stall)
     for rule in RULES:
         findings.extend(rule(facts, th))
-    findings.extend(pcie_rules.check_pcie_demand(facts, run.copy_ceiling_gbs))  # with bench copy's figure
+    copies = copy_rules.check_copy_bound(facts, th, run.copy_ceiling_gbs)
+    findings.extend(copies)
+    if not copies:  # the timeline's copy finding says all the demand figure would
+        findings.extend(pcie_rules.check_pcie_demand(facts, run.copy_ceiling_gbs))  # with bench copy's figure
     # the sites a leak grew, when the probes recorded them (memory run, or run once a leak showed)
     sites = next((s for _, s in sorted(run.leak_sites.items()) if s.sites), None)
     return order_findings(name_leak_sites(findings, sites, memory_rules.CODE_LEAK))

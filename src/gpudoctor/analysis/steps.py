@@ -260,6 +260,7 @@ class RankStepStats:
     grad_norms: tuple[tuple[int, float], ...] = ()
     nonfinite_grad_steps: tuple[int, ...] = ()
     one_off: OneOff | None = None
+    h2d_wide_float_bytes: float = 0.0  # median, as h2d_bytes
     history_steps: tuple[int, ...] = ()
 
     def share(self, ms: float | None) -> float:
@@ -370,6 +371,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         mean_data_wait_ms=sum(s.data_wait_ms for s in used) / len(used),
         mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
         mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
+        h2d_wide_float_bytes=median([float(s.h2d_wide_float_bytes) for s in used]) or 0.0,
         tail=step_tail(used, step_ms, wait_ms, syncs, thresholds),
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),

@@ -28,6 +28,8 @@ class StepRecord:
             ``None`` on CPU or when not yet read.
         h2d_bytes: bytes copied host-to-device in the step.
         h2d_pageable_bytes: of those, bytes whose source was not pinned.
+        h2d_wide_float_bytes: of those, bytes of float32/float64 sources (what uint8 or bf16
+            inputs would shrink); 0 in older records.
         h2d_copies: number of host-to-device copy calls.
         h2d_blocking_copies: copies issued without ``non_blocking=True``.
         host_syncs: counted synchronising calls (``.item()``, ``.cpu()``, ``.tolist()``,
@@ -60,6 +62,7 @@ class StepRecord:
     gpu_ms: float | None = None
     h2d_bytes: int = 0
     h2d_pageable_bytes: int = 0
+    h2d_wide_float_bytes: int = 0
     h2d_copies: int = 0
     h2d_blocking_copies: int = 0
     host_syncs: int = 0

@@ -59,6 +59,8 @@ def _note_h2d(src: Any, t0: float, non_blocking: bool) -> None:
     S.h2d_s += _perf() - t0
     nbytes = src.numel() * src.element_size()
     S.h2d_bytes += nbytes
+    if src.is_floating_point() and src.element_size() >= 4:
+        S.h2d_wide_float += nbytes  # float32/float64: the bytes uint8 or bf16 would shrink
     S.h2d_copies += 1
     if not non_blocking:
         S.h2d_blocking += 1

@@ -222,6 +222,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "h2d_ms": S.h2d_s * 1000.0,
             "h2d_bytes": S.h2d_bytes,
             "h2d_pageable_bytes": S.h2d_pageable,
+            "h2d_wide_float_bytes": S.h2d_wide_float,
             "h2d_copies": S.h2d_copies,
             "h2d_blocking_copies": S.h2d_blocking,
             "host_syncs": S.syncs,

@@ -132,6 +132,7 @@ class State:
     h2d_s: float = 0.0
     h2d_bytes: int = 0
     h2d_pageable: int = 0
+    h2d_wide_float: int = 0  # bytes of float32/float64 sources
     h2d_copies: int = 0
     h2d_blocking: int = 0
     syncs: int = 0
@@ -157,6 +158,7 @@ class State:
         self.h2d_s = 0.0
         self.h2d_bytes = 0
         self.h2d_pageable = 0
+        self.h2d_wide_float = 0
         self.h2d_copies = 0
         self.h2d_blocking = 0
         self.syncs = 0
