@@ -60,9 +60,9 @@ class HostOpCost:
 
 @dataclass(frozen=True, slots=True)
 class FrameCost:
-    """Where the stack sampler found the training thread, summed over the steady steps.
+    """Where the stack sampler found the training thread, by function, over the steady steps.
 
-    ``site`` is ``function (file.py:40)``; ``op``: the named operation running then (or
+    ``site`` is ``function (file.py:40)`` (its most sampled line); ``op``: the named operation running then (or
     empty); ``lib``: the innermost library frame seen most (``torch.nn.modules.conv.forward``);
     ``steps``: the steps it was sampled in; ``callers``: the outer frames of the script's code.
     """
@@ -130,20 +130,26 @@ def _op_cost(op: str, used: Sequence[StepRecord], step_ms: float, gpu_median: fl
 
 
 def _frames(used: Sequence[StepRecord]) -> tuple[FrameCost, ...]:
-    acc: dict[tuple[str, str], list] = {}
+    """The sampled frames by function (a function's lines are one site, named by its most
+    sampled line), the library kind by the samples of all its lines."""
+    acc: dict[tuple[str, str, str], list] = {}
     for s in used:
         for f in s.host_frames:
-            site = f"{f.function} ({f.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{f.line})"
-            entry = acc.setdefault((site, f.op), [f.function, 0.0, 0, {}, [], f.callers])
+            entry = acc.setdefault((f.function, f.file, f.op), [{}, 0.0, 0, {}, [], f.callers])
+            entry[0][f.line] = entry[0].get(f.line, 0) + f.samples
             entry[1] += f.ms
             entry[2] += f.samples
             if f.lib:
                 entry[3][f.lib] = entry[3].get(f.lib, 0) + f.samples
             if s.step not in entry[4]:
                 entry[4].append(s.step)
-    rows = [FrameCost(site=site, function=e[0], ms=e[1], samples=e[2], op=op,
-                      lib=max(e[3], key=e[3].get) if e[3] else "", steps=tuple(e[4]), callers=tuple(e[5]))
-            for (site, op), e in acc.items()]
+    rows = []
+    for (function, file, op), e in acc.items():
+        line = max(e[0], key=e[0].get)
+        site = f"{function} ({file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line})"
+        rows.append(FrameCost(site=site, function=function, ms=e[1], samples=e[2], op=op,
+                              lib=max(e[3], key=e[3].get) if e[3] else "", steps=tuple(e[4]),
+                              callers=tuple(e[5])))
     return tuple(sorted(rows, key=lambda r: (-r.samples, r.site)))
 
 

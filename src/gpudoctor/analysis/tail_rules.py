@@ -104,8 +104,8 @@ def _sampled_cause(rf: RankFacts, th: Thresholds, hit) -> tuple[str, str, str, D
     chain = " < ".join((top.site, *top.callers))
     kind = kind_of(top.lib)
     return (f"spends {dur(each)} in {top.site}",
-            f"sampled in the slow steps (the training thread's stack once a step ran "
-            f"{th.tail_slow_factor:g}x+ the median): {listed}; {chain}"
+            f"where the training thread was in the slow steps (its stack, sampled once a step ran "
+            f"long), over those steps: {listed}; {chain}"
             + (f", inside {top.lib}" if top.lib else ""),
             frame_fix(kind, top.function), ())
 
