@@ -83,7 +83,7 @@ def _finding(rf: RankFacts, op: str, th: Thresholds, world: int) -> list[Finding
         return []  # an epoch boundary's work: GD-RUN-PERIODIC-STALL names it among its parts
     steady = _steady_saving_ms(rf, cost.typical_ms) * cost.n_steps
     gain = round(min(1.0, (cost.spike_cost_ms + steady) / rf.stats.total_ms), 4)
-    spiky = cost.spike_cost_ms >= steady
+    spiky = bool(cost.spike_steps) and cost.spike_cost_ms >= steady
     name = NAMES[op]
     where = f" from {cost.site}" if cost.site else ""
     if spiky:
