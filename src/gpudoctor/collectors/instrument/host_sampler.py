@@ -62,6 +62,7 @@ def _deadline_s(config: SamplerConfig) -> float | None:
 def _loop(config: SamplerConfig, thread: int) -> None:
     try:
         while not S.finished:
+            S.host.wakes += 1
             step, started = S.step, S.t_last
             limit = _deadline_s(config)
             wait = config.max_sleep_s if limit is None else started + limit - _perf()

@@ -104,6 +104,7 @@ class HostCounters:
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=15))  # recent steps' seconds
     thread: int = 0  # the training thread's ident (the one that ends the steps)
     sampler_pid: int = 0  # the process the sampler thread runs in
+    wakes: int = 0  # times the sampler thread woke (its whole cost in normal steps)
 
 
 @dataclass(eq=False)
