@@ -81,8 +81,8 @@ def find_one_off(used: Sequence[StepRecord], thresholds: Thresholds) -> OneOff |
     The candidates are the stalled steps as the tail sees them (longer than ``tail_slow_factor``
     x the median, the fewest that carry ``tail_excess_cover`` of the excess: jitter left out);
     compiling steps are left to the recompile finding, and steps whose time went mostly to named
-    host operations (``torch.save``, a full collection) to the host-work finding. The longest of them is a one-off when
-    its excess is at least ``oneoff_factor`` x the typical excess of the other stalled steps
+    host operations (``torch.save``, a full collection) to the host-work finding. The longest of
+    them is a one-off when its excess is at least ``oneoff_factor`` x the typical excess of the other stalled steps
     (their median), or, with no other stalled step, ``oneoff_factor`` x the median step; every
     step that passes the same bar must be next to it (one episode: a bar passed twice, apart,
     recurs and is a stall with a long period, not a one-off). It must cost at least

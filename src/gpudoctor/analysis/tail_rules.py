@@ -3,7 +3,11 @@
 A loader that stalls every N batches (workers restarted each epoch, a slow shard, a sample that
 decodes slowly), a metric read or a checkpoint every N steps: the median step looks healthy, the
 run is not. The rule judges the mean against the median (:class:`gpudoctor.analysis.steps.Tail`)
-on every rank and names the worst.
+on every rank and names the worst. What the host did in the slow steps comes from the records:
+the data wait, the host syncs, the named operations (``torch.save``, collections: slow steps
+they explain are left to ``GD-RUN-HOST-*``, :mod:`gpudoctor.analysis.host_rules`, which judges
+them on their measured time), and the script's function the stack sampler found the training
+thread in (``spends 352 ms in evaluate (train.py:12)``, with the fix for its kind of work).
 
 A stall at every epoch boundary carries its parts as ``Finding.data`` (what ``gpudoctor fix``
 plans from), each per boundary: ``epoch_steps`` (steps per epoch), ``boundary_ms`` (the
