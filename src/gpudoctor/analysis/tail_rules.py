@@ -190,6 +190,9 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str, Da
         )
     if at_epochs and loader is not None:
         return _epoch_boundary(rf, th, epoch, loader)
+    hit = _sampled(rf, th)
+    if hit is not None and tail.extra_sync_ms < th.tail_cause_min_share * extra:
+        return _sampled_cause(rf, th, hit)  # not blocked in syncs most of the time: the function says more
     if tail.extra_syncs >= th.sync_min_per_step:
         return (
             "synchronises with the GPU",
@@ -200,7 +203,6 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str, Da
             "    log(running_loss.item() / log_every)",
             (),
         )
-    hit = _sampled(rf, th)
     if hit is not None:
         return _sampled_cause(rf, th, hit)
     return (

@@ -33,6 +33,7 @@ _LIBRARY = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen ", "gpu
 _LIB_MODULES = ("torch", "gpudoctor.collectors")  # a source checkout of torch is a library too
 _USER: dict[Any, bool] = {}  # code object -> is the script's own code (cached: the sampler asks often)
 MAX_DEPTH = 200  # frames walked at most, from the innermost one
+MAX_CODES = 50_000  # code objects remembered at most
 
 
 def is_user_frame(frame: Any) -> bool:
@@ -44,6 +45,8 @@ def is_user_frame(frame: Any) -> bool:
         module = str(frame.f_globals.get("__name__", ""))
         known = not any(mark in path for mark in _LIBRARY) and not any(
             module == m or module.startswith(m + ".") for m in _LIB_MODULES)
+        if len(_USER) > MAX_CODES:
+            _USER.clear()  # a script that makes code objects as it goes (exec, lambdas in a loop)
         _USER[code] = known
     return known
 
