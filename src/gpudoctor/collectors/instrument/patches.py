@@ -215,10 +215,13 @@ def _patch_loader(torch: Any) -> None:
     orig_next = base.__next__
 
     def __next__(self):
+        host = S.host
+        outer, host.op = host.op, host.op or "data"  # a torch.load in a dataset is the loader's time
         t0 = _perf()
         try:
             return_value = orig_next(self)
         finally:
+            host.op = outer
             if S.step == 0 and S.data_wait_s == 0.0 and not S.seen.fetched:
                 S.seen.fetched = True
                 S.t_last = t0  # step 0 starts with its first batch, not at import

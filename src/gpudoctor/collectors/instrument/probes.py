@@ -43,6 +43,8 @@ from gpudoctor.collectors.instrument import (
     ENV_NVTX,
     ENV_STEPS,
     ENV_TRACE_DIR,
+    host_sampler,
+    host_work,
     leak_probe,
 )
 from gpudoctor.collectors.instrument.state import S, is_owner
@@ -82,6 +84,11 @@ def install() -> None:
     from gpudoctor.collectors.instrument import patches
 
     patches.install_all()
+    import torch
+
+    from gpudoctor.collectors.instrument import host_work
+
+    host_work.install(torch)
     knobs.apply_from_env()
     from gpudoctor.collectors.instrument import spawn
 
@@ -234,6 +241,8 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "compiles": _compiled_frames_delta(),
             "scaler_skipped": skipped,
         }
+        host_work.end_step(fields, now - S.t_last)
+        host_sampler.start()
         waiting: set[str] = set()
         S.pending[step] = fields
         S.waiting[step] = waiting
