@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpudoctor.analysis import (
+    allocator_rules,
     compile_rules,
     compute_rules,
     copy_rules,
@@ -53,6 +54,7 @@ RULES: tuple[Rule, ...] = (
     trend_rules.check_slowdown,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
+    allocator_rules.check_allocator_churn,
     memory_rules.check_headroom,
     numerics_rules.check_nonfinite_loss,
     numerics_rules.check_scaler,

@@ -157,6 +157,7 @@ class RankStepStats:
     nonfinite_grad_steps: tuple[int, ...] = ()
     one_off: OneOff | None = None
     h2d_wide_float_bytes: float = 0.0  # median, as h2d_bytes
+    empty_cache_calls: float = 0.0  # median torch.cuda.empty_cache() calls per step
     history_steps: tuple[int, ...] = ()
     host_work: HostWork = HostWork()
 
@@ -269,6 +270,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
         mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
         h2d_wide_float_bytes=median([float(s.h2d_wide_float_bytes) for s in used]) or 0.0,
+        empty_cache_calls=median([float(s.empty_cache_calls) for s in used]) or 0.0,
         tail=step_tail(used, step_ms, wait_ms, syncs, thresholds),
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),

@@ -154,6 +154,9 @@ class WindowSummary:
     kernel_ms: float | None = None  # union of compute kernels (not NCCL, not copies)
     memcpy_ms: float | None = None  # union of copies not overlapped by any kernel
     flops: float | None = None  # matmul/conv FLOPs of the window (profiler with_flops)
+    # host time in the caching allocator's CUDA calls (cudaMalloc/cudaFree and async forms)
+    alloc_calls: int = 0
+    alloc_ms: float = 0.0
 
 
 @record

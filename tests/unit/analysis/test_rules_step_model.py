@@ -113,3 +113,15 @@ def test_data_parallel_over_one_gpu_is_costed_from_the_window(build):
     note = by_code(diagnose(build.run(steps_by_rank={0: steps}, configs={0: cfg}, windows={0: bare},
                                       gpu=build.gpu_samples())))["GD-RUN-DATA-PARALLEL"]
     assert note.severity is Severity.INFO and note.expected_gain is None
+
+
+def test_empty_cache_every_step_is_costed_from_the_allocator_calls(build):
+    # 8 ms of a 40 ms step in cudaMalloc/cudaFree while the GPU idles half of it
+    steps = build.steps(step_ms=40.0, empty_cache_calls=1)
+    w = build.window(gpu_busy_ms=20.0 * 5, alloc_calls=300, alloc_ms=40.0)
+    f = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w})))["GD-RUN-EMPTY-CACHE"]
+    assert f.severity is Severity.WARN and f.expected_gain == 0.2
+    assert f.title.startswith("torch.cuda.empty_cache() every step")
+    assert "expandable_segments" in f.fix
+    quiet = build.window(gpu_busy_ms=20.0 * 5, alloc_calls=2, alloc_ms=0.1)
+    assert "GD-RUN-EMPTY-CACHE" not in by_code(diagnose(build.run(windows={0: quiet})))
