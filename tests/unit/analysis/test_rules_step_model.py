@@ -125,3 +125,13 @@ def test_empty_cache_every_step_is_costed_from_the_allocator_calls(build):
     assert "expandable_segments" in f.fix
     quiet = build.window(gpu_busy_ms=20.0 * 5, alloc_calls=2, alloc_ms=0.1)
     assert "GD-RUN-EMPTY-CACHE" not in by_code(diagnose(build.run(windows={0: quiet})))
+
+
+def test_a_sync_that_stops_the_host_loading_ahead_is_costed_not_dismissed(build):
+    # 46 ms steps: the host collates in the main process (10 ms of data wait) and blocks 9 ms in
+    # a per-step .item(); the GPU is busy 32.7 ms. The idle time is "explained" by data wait,
+    # but the GPU is not fed: without the sync the host loads the next batch while the GPU runs
+    steps = build.steps(step_ms=46.0, data_wait_ms=10.0, host_syncs=1, sync_ms=9.0, h2d_ms=0.0)
+    w = build.window(gpu_busy_ms=32.7 * 5, sync_calls=5, sync_ms=45.0)
+    f = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w})))["GD-RUN-HOST-SYNC"]
+    assert f.severity is Severity.WARN and f.expected_gain == round(9.0 / 46.0, 4)
