@@ -44,13 +44,15 @@ class CopyLoad:
     """One direction's copies in the window, per step."""
 
     kind: str  # "HtoD" or "DtoH"
-    bytes_per_step: float
+    bytes_per_step: float | None  # None: neither the trace nor the probes counted them
     gpu_ms_per_step: float
     pinned_frac: float
 
     @property
     def gbs(self) -> float | None:
-        return self.bytes_per_step / (self.gpu_ms_per_step * 1e6) if self.gpu_ms_per_step > 0 else None
+        if not self.bytes_per_step or self.gpu_ms_per_step <= 0:
+            return None
+        return self.bytes_per_step / (self.gpu_ms_per_step * 1e6)
 
 
 def copy_loads(rf: RankFacts) -> dict[str, CopyLoad]:
@@ -61,13 +63,21 @@ def copy_loads(rf: RankFacts) -> dict[str, CopyLoad]:
     out = {}
     for kind in ("HtoD", "DtoH"):
         rows = [m for m in w.memcpy if m.kind == kind]
-        total = sum(m.bytes or 0 for m in rows)
-        if not rows or not total:
+        if not rows:
             continue
-        pinned = sum(m.bytes or 0 for m in rows if m.pinned)
-        out[kind] = CopyLoad(kind=kind, bytes_per_step=total / n,
-                             gpu_ms_per_step=sum(m.total_us for m in rows) / 1000.0 / n,
-                             pinned_frac=pinned / total)
+        gpu_ms = sum(m.total_us for m in rows) / 1000.0 / n
+        if all(m.bytes is not None for m in rows) and sum(m.bytes for m in rows):
+            total = sum(m.bytes for m in rows)
+            pinned = sum(m.bytes for m in rows if m.pinned) / total
+            out[kind] = CopyLoad(kind=kind, bytes_per_step=total / n, gpu_ms_per_step=gpu_ms, pinned_frac=pinned)
+        elif kind == "HtoD" and rf.stats.h2d_bytes:
+            # the trace gave no byte counts (some torch builds): the probes count every copy
+            s = rf.stats
+            out[kind] = CopyLoad(kind=kind, bytes_per_step=s.h2d_bytes, gpu_ms_per_step=gpu_ms,
+                                 pinned_frac=1.0 - s.h2d_pageable_bytes / s.h2d_bytes)
+        else:
+            time_share = sum(m.total_us for m in rows if m.pinned) / max(1e-9, sum(m.total_us for m in rows))
+            out[kind] = CopyLoad(kind=kind, bytes_per_step=None, gpu_ms_per_step=gpu_ms, pinned_frac=time_share)
     return out
 
 
@@ -99,7 +109,8 @@ def _copy_bound(rf: RankFacts, th: Thresholds, measured_gbs: float | None) -> li
     exposed = min(b.copy_ms, load.gpu_ms_per_step + (rf.stats.mean_h2d_ms or 0.0))
     if load.kind == "HtoD" and load.pinned_frac < 1.0 - THRESHOLDS["pageable_max_frac"][0]:
         return []
-    evidence = [f"rank {rf.rank}: {load.bytes_per_step / 1e6:,.1f} MB copied "
+    size = f"{load.bytes_per_step / 1e6:,.1f} MB" if load.bytes_per_step else "data"
+    evidence = [f"rank {rf.rank}: {size} copied "
                 f"{'host-to-device' if load.kind == 'HtoD' else 'device-to-host'} per step, "
                 f"{ms(load.gpu_ms_per_step)} on the GPU; {ms(exposed)} of a {ms(step)} mean step "
                 f"({pct(exposed / step)}) overlapped by no kernel",
@@ -109,8 +120,8 @@ def _copy_bound(rf: RankFacts, th: Thresholds, measured_gbs: float | None) -> li
     gain = exposed / step
     return performance_finding(
         code=CODE_COPY_BOUND, gain=gain, thresholds=th,
-        title=f"Device-to-host copies: {load.bytes_per_step / 1e6:,.0f} MB a step leave the GPU "
-              f"computing nothing for {pct(exposed / step)} of it",
+        title=f"Device-to-host copies every step leave the GPU computing nothing for "
+              f"{pct(exposed / step)} of it",
         evidence=evidence,
         fix=("# keep per-step results on the GPU: reduce them there (sums, argmax, a metric's\n"
              "# state) and copy only the reduced values, or every N steps\n"
@@ -124,7 +135,7 @@ def _rate_line(rf: RankFacts, load: CopyLoad, measured_gbs: float | None) -> str
     ceiling, source = link_ceiling(rf, measured_gbs)
     gbs = load.gbs
     if gbs is None:
-        return "achieved rate unknown (no copy time in the window)"
+        return "achieved rate unknown (the trace counted no bytes for these copies)"
     if ceiling is None:
         return f"achieved {gbs:,.1f} GB/s (no ceiling known for this GPU: gpudoctor bench copy measures it)"
     at = gbs >= THRESHOLDS["at_ceiling"][0] * ceiling
@@ -157,7 +168,9 @@ def _h2d(rf: RankFacts, th: Thresholds, load: CopyLoad, exposed: float, evidence
     return performance_finding(
         code=CODE_COPY_BOUND, gain=max(fewer, hidden) / step, thresholds=th,
         title=f"Copy-bound input: {load.bytes_per_step / 1e6:,.0f} MB a step over the host link "
-              f"leave the GPU computing nothing for {pct(exposed / step)} of it",
+              f"leave the GPU computing nothing for {pct(exposed / step)} of it" if load.bytes_per_step else
+              f"Copy-bound input: host-to-device copies leave the GPU computing nothing for "
+              f"{pct(exposed / step)} of each step",
         evidence=evidence, fix="\n".join(fix),
     )
 

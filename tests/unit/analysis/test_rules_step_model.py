@@ -135,3 +135,13 @@ def test_a_sync_that_stops_the_host_loading_ahead_is_costed_not_dismissed(build)
     w = build.window(gpu_busy_ms=32.7 * 5, sync_calls=5, sync_ms=45.0)
     f = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w})))["GD-RUN-HOST-SYNC"]
     assert f.severity is Severity.WARN and f.expected_gain == round(9.0 / 46.0, 4)
+
+
+def test_copies_without_byte_counts_in_the_trace_take_the_probes_count(build):
+    # some torch builds' traces carry no bytes for copies: the probes' per-step count stands in
+    steps = build.steps(step_ms=20.0, h2d_bytes=800 * MIB, h2d_ms=0.1)
+    w = dataclasses.replace(_copy_window(build, 800, 14.5, 20.0), memcpy=(
+        MemcpyStat(kind="HtoD", pinned=True, count=10, bytes=None, total_us=14500.0 * 5),))
+    f = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w})))["GD-RUN-COPY-BOUND"]
+    assert f.title.startswith("Copy-bound input: 839 MB a step")
+    assert any("GB/s, " in e and "of 63.0 GB/s" in e for e in f.evidence)
