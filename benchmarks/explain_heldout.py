@@ -18,6 +18,12 @@ fresh interpreter, and its first match (explain ranks the root causes first) is 
 * ``missed``: nothing matched although the catalog has an expected entry.
 
 ``right + unknown`` are the correct answers; the score is their share of the cases.
+
+``--heldout NAME`` reads a blind set from ``benchmarks/heldout/NAME/`` instead (its ``cases.toml``
+says each case's root cause, resolution and ``resolution_keywords`` in words; the catalog entries
+expected are in ``benchmarks/heldout/NAME.expected.toml``, written by the scorer before the first
+run) and also judges the advice: a right answer's cause and fix text contain one of the case's
+``resolution_keywords``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
+HELDOUT = ROOT / "benchmarks" / "heldout"
 DEFAULT_SET = "explain_heldout"
 VERDICTS = ("right", "unknown", "wrong", "missed")
 
@@ -57,9 +64,33 @@ def judge(expected: list[str], matches: list[dict], known: set[str]) -> tuple[st
     return ("right" if first in expected else "wrong"), first
 
 
-def run(label: str, case_set: str = DEFAULT_SET) -> dict:
-    cases_dir = FIXTURES / case_set
+def load_set(case_set: str, heldout: bool) -> tuple[Path, dict]:
+    """(folder, cases) of a fixture set, or of a blind set with its expected entries merged in."""
+    if not heldout:
+        cases_dir = FIXTURES / case_set
+        return cases_dir, tomllib.loads((cases_dir / "cases.toml").read_text(encoding="utf-8"))
+    cases_dir = HELDOUT / case_set
     cases = tomllib.loads((cases_dir / "cases.toml").read_text(encoding="utf-8"))
+    expected = tomllib.loads((HELDOUT / f"{case_set}.expected.toml").read_text(encoding="utf-8"))
+    for name, case in cases.items():
+        case["expected"] = expected[name]
+        case["why"] = f"{case['root_cause']} / fix: {case['resolution']}"
+    return cases_dir, cases
+
+
+def advice_fits(case: dict, match: dict | None) -> bool | None:
+    """Whether the answer's cause and fix text name the thread's resolution (``None``: no keywords)."""
+    keywords = [k.lower() for k in case.get("resolution_keywords", [])]
+    if not keywords:
+        return None
+    if match is None:
+        return False
+    text = " ".join([match.get("cause") or "", *match.get("fix", []), *match.get("verify", [])]).lower()
+    return any(k in text for k in keywords)
+
+
+def run(label: str, case_set: str = DEFAULT_SET, heldout: bool = False) -> dict:
+    cases_dir, cases = load_set(case_set, heldout)
     known = catalog_ids()
     out = {}
     for name, case in cases.items():
@@ -74,8 +105,12 @@ def run(label: str, case_set: str = DEFAULT_SET) -> dict:
             "matches": [[m["entry_id"], m["role"], m["confidence"]] for m in matches],
             "judged": top,
             "verdict": verdict,
+            "advice_fits": advice_fits(case, matches[0] if matches else None) if verdict == "right" else None,
         }
     counts = {v: sum(1 for c in out.values() if c["verdict"] == v) for v in VERDICTS}
+    rights = [c for c in out.values() if c["verdict"] == "right" and c["advice_fits"] is not None]
+    counts["right_with_fitting_advice"] = sum(bool(c["advice_fits"]) for c in rights)
+    counts["right_with_keywords"] = len(rights)
     return {
         "label": label,
         "set": case_set,
@@ -110,13 +145,17 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--set", dest="case_set", default=DEFAULT_SET,
                         help="case set: a folder under tests/fixtures/ with cases.toml and logs/")
+    parser.add_argument("--heldout", action="store_true",
+                        help="--set names a blind set under benchmarks/heldout/")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--baseline", type=Path, help="an earlier --out to keep alongside")
     parser.add_argument("--table", action="store_true", help="print the markdown table")
     args = parser.parse_args()
-    if not (FIXTURES / args.case_set / "cases.toml").is_file():
-        parser.error(f"no case set {args.case_set!r}: expected tests/fixtures/{args.case_set}/cases.toml")
-    result = run(args.label, args.case_set)
+    base = HELDOUT if args.heldout else FIXTURES
+    if not (base / args.case_set / "cases.toml").is_file():
+        parser.error(f"no case set {args.case_set!r}: expected {base / args.case_set / 'cases.toml'}")
+    result = run(args.label, args.case_set, args.heldout)
+    result["command"] = " ".join(sys.argv)
     doc = {"after": result}
     if args.baseline:
         doc["before"] = json.loads(args.baseline.read_text())["after"]

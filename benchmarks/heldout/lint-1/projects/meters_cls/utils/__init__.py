@@ -1,0 +1,4 @@
+from .meters import AverageMeter, TopKAccuracy
+from .timing import timed
+
+__all__ = ["AverageMeter", "TopKAccuracy", "timed"]
