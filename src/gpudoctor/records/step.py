@@ -46,6 +46,9 @@ class StepRecord:
             ``gpudoctor run``; calling it every step slows training and fixes no leak).
         compiles: frames ``torch.compile`` compiled during the step (``None`` when TorchDynamo
             was not in use); after warm-up each one is a recompilation.
+        compile_ms: host time TorchDynamo/Inductor spent compiling during the step, from
+            torch's compile start/end callbacks (added by ``gpudoctor run``; ``None`` when
+            TorchDynamo was not in use or this torch has no such callbacks).
         grad_norm: the global gradient norm the script's ``torch.nn.utils.clip_grad_norm_``
             returned in the step (its last call), read lazily like the loss (added by
             ``gpudoctor run``); ``None`` when the script does not clip.
@@ -75,3 +78,4 @@ class StepRecord:
     empty_cache_calls: int = 0
     compiles: int | None = None
     grad_norm: float | None = None
+    compile_ms: float | None = None

@@ -43,6 +43,7 @@ from gpudoctor.collectors.instrument import (
     ENV_NVTX,
     ENV_STEPS,
     ENV_TRACE_DIR,
+    compile_events,
     leak_probe,
 )
 from gpudoctor.collectors.instrument.state import S, is_owner
@@ -82,6 +83,7 @@ def install() -> None:
     from gpudoctor.collectors.instrument import patches
 
     patches.install_all()
+    compile_events.install()
     knobs.apply_from_env()
     from gpudoctor.collectors.instrument import spawn
 
@@ -231,6 +233,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "micro_steps": max(S.backwards, 1),
             "empty_cache_calls": S.empty_cache,
             "compiles": _compiled_frames_delta(),
+            "compile_ms": compile_events.take_step_ms(),
             "scaler_skipped": skipped,
         }
         waiting: set[str] = set()
