@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
             help="A stall: no optimizer step for max(S, 20 x the median step); stop it with every rank's stacks.",
         ),
         compile_timeout: float = typer.Option(
-            900.0, "--compile-timeout",
+            900.0, "--compile-timeout",  # collectors.supervise.COMPILE_TIMEOUT_S
             help="Compile time (torch.compile) counts against neither timeout above; stop the script, with "
             "every rank's stacks, once it has compiled this long without an optimizer step (s).",
         ),

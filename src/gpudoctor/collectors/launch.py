@@ -33,7 +33,7 @@ from gpudoctor.collectors import instrument, outdir, rank_files, stacks
 from gpudoctor.collectors.instrument import spawn
 from gpudoctor.collectors.command import default_run_dir, resolve_command, run_name  # noqa: F401 - re-exported
 from gpudoctor.collectors.knobs import Knob, child_env
-from gpudoctor.collectors.supervise import Supervisor, signal_group
+from gpudoctor.collectors.supervise import COMPILE_TIMEOUT_S, Supervisor, signal_group
 from gpudoctor.collectors.watch import ProgressReporter, RunProgress, Tee, echoes, start_samplers, stop_samplers
 from gpudoctor.core.parent_death import die_with_parent
 from gpudoctor.errors import GpuDoctorUserError
@@ -48,9 +48,6 @@ FULL_WINDOW = (10, 14)  # --full: the end is unknown, so the window comes early
 EXIT_INTERRUPTED = 130
 STALL_TIMEOUT_S = 30.0
 FIRST_STEP_TIMEOUT_S = 120.0
-# Compiling without an optimizer step this long is stuck: max-autotune of a large model on an H200
-# compiles for minutes, and compile time does not count against the two limits above.
-COMPILE_TIMEOUT_S = 900.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

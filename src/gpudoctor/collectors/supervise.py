@@ -29,6 +29,9 @@ from gpudoctor.collectors import stacks
 from gpudoctor.collectors.compile_watch import CompileWatch
 
 STALL_MEDIANS = 20  # a step this many times the median long, with no step since, is a stall
+# Compiling without an optimizer step this long is stuck: max-autotune of a large model compiles
+# for minutes, and compile time does not count against the stall limits.
+COMPILE_TIMEOUT_S = 900.0
 POLL_S = 0.1
 SCAN_S = 0.5  # how often the step files are read
 KILL_WAIT_S = 5.0
@@ -94,7 +97,7 @@ class Supervisor:
     def __init__(self, proc: subprocess.Popen, run_dir: Path, *, first_step_timeout_s: float,
                  stall_timeout_s: float, grace_s: float, say: Callable[[str], None],
                  on_scan: Callable[[int, bool, float | None], None] | None = None,
-                 compile_timeout_s: float = 900.0) -> None:
+                 compile_timeout_s: float = COMPILE_TIMEOUT_S) -> None:
         self.proc = proc
         self.run_dir = run_dir
         self.first_step_timeout_s = first_step_timeout_s

@@ -4,7 +4,7 @@ Importing torch in ``sitecustomize`` would cost every interpreter the child star
 launcher, helper tools) a second or more; instead a meta-path finder waits for ``import torch``,
 lets it finish, then installs the probes. If torch is already imported, they install at once.
 The compile watch (:mod:`~gpudoctor.collectors.instrument.compile_events`) waits the same way
-for TorchDynamo, which a script that never compiles never imports.
+for TorchDynamo (gpudoctor never imports it itself).
 """
 
 from __future__ import annotations
