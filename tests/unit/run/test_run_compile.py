@@ -16,29 +16,31 @@ from gpudoctor.records.rundir import load_run
 
 def _run(tmp_path: Path, script: str, *options: str) -> tuple[object, dict]:
     (tmp_path / "train.py").write_text(script, encoding="utf-8")
-    result = gpudoctor("run", "--full", "--no-profile", "--json", "--out", "rd", "--fail-on", "never",
+    # --steps 10 of the scripts' 12: gpudoctor ends the script right at its 10th step, so a loaded
+    # machine's slow interpreter exit cannot count against the short stall limits used here
+    result = gpudoctor("run", "--steps", "10", "--no-profile", "--json", "--out", "rd", "--fail-on", "never",
                        *options, "--", sys.executable, "train.py", cwd=tmp_path, timeout=300)
     return result, json.loads(result.stdout)
 
 
 def test_a_compile_longer_than_the_stall_limit_is_not_a_stall_and_is_reported(tmp_path: Path) -> None:
-    result, payload = _run(tmp_path, run_scripts.SLOW_COMPILE.format(seconds=6), "--stall-timeout", "2")
+    result, payload = _run(tmp_path, run_scripts.SLOW_COMPILE.format(seconds=8), "--stall-timeout", "3")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert payload["manifest"]["status"] == "completed"
+    assert payload["manifest"]["status"] == "stopped"
     assert "compiling (" in result.stderr  # the progress line said so while it compiled
     (stats,) = payload["stats"]
-    assert stats["compile_steps"] == [0, 5] and 6.0 <= stats["compile_s"] < 30
+    assert stats["compile_steps"] == [0, 5] and 8.0 <= stats["compile_s"] < 40
     assert stats["compile"].startswith("rank 0: compiling (torch.compile) took ")
     assert stats["compile"].endswith("in steps 0, 5")
     steps = load_run(tmp_path / "rd").steps[0]
-    assert steps[5].compile_ms >= 6000 and steps[1].compile_ms == 0.0
+    assert steps[5].compile_ms >= 8000 and steps[1].compile_ms == 0.0
     assert not any(f["code"] == "GD-RUN-STALL" for f in payload["findings"])
 
 
 def test_a_compile_that_hangs_is_stopped_by_the_compile_limit(tmp_path: Path) -> None:
     started = time.monotonic()
     result, payload = _run(tmp_path, run_scripts.SLOW_COMPILE.format(seconds=10**6),
-                           "--stall-timeout", "2", "--compile-timeout", "5")
+                           "--stall-timeout", "3", "--compile-timeout", "5")
     assert time.monotonic() - started < 120
     assert result.returncode == 1, result.stderr[-2000:]
     assert "stuck compiling at step 5: torch.compile compiled for 5 s" in result.stderr
