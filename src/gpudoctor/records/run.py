@@ -186,3 +186,10 @@ class RunManifest:
     # seconds without an optimizer step at that moment, and the stall limit that applied.
     idle_s: float | None = None
     stall_limit_s: float | None = None
+    # Added with compile-aware stalls: of ``idle_s``, the seconds some rank spent compiling (not
+    # counted against the stall limit; None: no compilation seen since the last step); whether
+    # a compilation was in progress when it was stopped; and ``--compile-timeout`` when that
+    # limit (seconds compiling without a step) is what stopped it.
+    compile_s: float | None = None
+    compiling: bool = False
+    compile_limit_s: float | None = None

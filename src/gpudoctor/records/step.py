@@ -101,6 +101,9 @@ class StepRecord:
             ``gpudoctor run``; calling it every step slows training and fixes no leak).
         compiles: frames ``torch.compile`` compiled during the step (``None`` when TorchDynamo
             was not in use); after warm-up each one is a recompilation.
+        compile_ms: host time TorchDynamo/Inductor spent compiling during the step, from
+            torch's compile start/end callbacks (added by ``gpudoctor run``; ``None`` when
+            TorchDynamo was not in use or this torch has no such callbacks).
         grad_norm: the global gradient norm the script's ``torch.nn.utils.clip_grad_norm_``
             returned in the step (its last call), read lazily like the loss (added by
             ``gpudoctor run``); ``None`` when the script does not clip.
@@ -137,3 +140,4 @@ class StepRecord:
     grad_norm: float | None = None
     host_ops: tuple[HostOp, ...] = ()
     host_frames: tuple[HostFrame, ...] = ()
+    compile_ms: float | None = None

@@ -43,6 +43,7 @@ from gpudoctor.collectors.instrument import (
     ENV_NVTX,
     ENV_STEPS,
     ENV_TRACE_DIR,
+    compile_events,
     host_sampler,
     host_work,
     leak_probe,
@@ -89,6 +90,7 @@ def install() -> None:
     from gpudoctor.collectors.instrument import host_work
 
     host_work.install(torch)
+    compile_events.install()
     knobs.apply_from_env()
     from gpudoctor.collectors.instrument import spawn
 
@@ -239,6 +241,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "micro_steps": max(S.backwards, 1),
             "empty_cache_calls": S.empty_cache,
             "compiles": _compiled_frames_delta(),
+            "compile_ms": compile_events.take_step_ms(),
             "scaler_skipped": skipped,
         }
         host_work.end_step(fields, now - S.t_last)
