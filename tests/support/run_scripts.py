@@ -211,3 +211,38 @@ for step in range(1000):
     if step == 9 and rank == 1:
         time.sleep(10**6)
 """
+
+# A compilation that takes {seconds} s at step 5 (and one of 0.2 s before the first step), made
+# with TorchDynamo's own compile callbacks around a sleep: what a long max-autotune compile looks
+# like to gpudoctor, on any machine. {seconds} = 10**6: a compile that hangs.
+SLOW_COMPILE = """
+import sys, time, torch
+from torch._dynamo.callback import CallbackTrigger, callback_handler
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def compiling(seconds, step):
+    with callback_handler.install_callbacks(CallbackTrigger.DYNAMO, f"{{step}}/0"):
+        time.sleep(seconds)
+for step in range(12):
+    if step == 0:
+        compiling(0.2, step)
+    if step == 5:
+        print("compiling now", flush=True)
+        compiling({seconds}, step)
+    loss = model(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+# Never compiles: no compile event, no compile time.
+NO_COMPILE = """
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(8):
+    loss = model(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""

@@ -110,9 +110,7 @@ def _launch_bound(rf: RankFacts, th: Thresholds) -> list[Finding]:
     idle = unexplained_idle(rf)
     if not tiny or idle is None or idle < th.idle_min_share:
         return []
-    syncs = rf.stats.host_syncs
-    if syncs >= th.sync_min_per_step and not rf.host_bound:
-        return []  # the host could run ahead but a sync stops it: GD-RUN-HOST-SYNC owns it
+    gain, host_line = _launch_gain(rf, idle, th)
     per_step = w.kernel_count / rf.window_steps
     evidence = [
         f"{per_step:.0f} kernels per step, median {w.kernel_us_p50 or 0:.1f} us, "
@@ -120,28 +118,79 @@ def _launch_bound(rf: RankFacts, th: Thresholds) -> list[Finding]:
         f"GPU busy {pct(rf.busy_frac)} of the step; idle {pct(idle)} not explained by data, "
         "copies or collectives",
     ]
-    host = host_active_ms(rf.stats, rf.window)
-    if syncs >= th.sync_min_per_step and host is not None:
-        evidence.append(f"{syncs:.0f} host sync(s) per step, but the host works ~{ms(host)} per "
-                        f"step against the GPU's {ms(rf.breakdown.gpu_busy_ms)}: without the "
-                        "syncs it still could not keep the GPU fed")
+    if host_line:
+        evidence.append(host_line)
     if rf.host_ops_line():
         evidence.append(rf.host_ops_line())
     if rf.stats.samples:
         evidence.append(f"batch size {rf.stats.samples:.0f}")
-    fix = [
-        "# do the same work in fewer, longer kernels:",
-        LAUNCH_BATCH,
-        "model = torch.compile(model)                      # fuses element-wise kernels",
-        "# or capture the step as a CUDA graph: torch.compile(model, mode=\"reduce-overhead\")",
-    ]
-    if rf.config is not None and not rf.config.optimizer_fused:
-        fix.append("opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # one kernel per step")
     return performance_finding(
-        code=CODE_LAUNCH, gain=idle, thresholds=th,
+        code=CODE_LAUNCH, gain=gain, thresholds=th,
         title=f"CPU launch-overhead bound: tiny kernels leave the GPU idle {pct(idle)} of each step",
-        evidence=evidence, fix="\n".join(fix),
+        evidence=evidence, fix="\n".join(launch_fix(rf)),
     )
+
+
+def _launch_gain(rf: RankFacts, idle: float, th: Thresholds) -> tuple[float, str]:
+    """(expected gain, evidence line) of fewer, longer kernels.
+
+    Without syncs the host runs ahead and the idle time is the launches' doing: the gain is the
+    idle share. With syncs every step, host (``H``, its own work) and GPU (``G``, busy) take
+    turns; removing the syncs alone overlaps them (GD-RUN-HOST-SYNC's gain), and fewer launches
+    then save only what the host still needs beyond the GPU, ``H - G``. So "launch-bound" with
+    syncs is concluded only when ``H`` exceeds ``G`` by ``host_bound_margin``.
+    """
+    step = rf.breakdown.step_ms
+    if rf.stats.host_syncs < th.sync_min_per_step or step <= 0:
+        return idle, ""
+    host = host_active_ms(rf.stats, rf.window)
+    busy = rf.breakdown.gpu_busy_ms
+    if host is None or busy is None:
+        return idle, ""
+    beyond = max(0.0, host - busy)
+    line = (f"{rf.stats.host_syncs:.0f} host sync(s) per step; the host works ~{ms(host)} per step "
+            f"against the GPU's {ms(busy)}")
+    if host < th.host_bound_margin * busy:
+        return min(idle, beyond / step), (
+            line + f": within {th.host_bound_margin:g}x of each other, so the syncs, which make "
+                   "them take turns, cost more than the launches (see GD-RUN-HOST-SYNC)")
+    return min(idle, beyond / step), (
+        line + f": over {th.host_bound_margin:g}x the GPU's, so even without the syncs the host "
+               f"could not keep the GPU fed; fewer launches save up to {ms(beyond)}")
+
+
+def launch_fix(rf: RankFacts) -> list[str]:
+    """The launch-bound prescription, fitted to what the script already does: no torch.compile
+    line for a compiled model (CUDA graphs instead), and the script's own optimizer class."""
+    cfg = rf.config
+    fix = ["# do the same work in fewer, longer kernels:", LAUNCH_BATCH]
+    if cfg is None or not cfg.compiled:
+        fix.append("model = torch.compile(model)                      # fuses element-wise kernels")
+        fix.append("# or capture the step as a CUDA graph: torch.compile(model, mode=\"reduce-overhead\")")
+    else:
+        fix.append("model = torch.compile(model, mode=\"reduce-overhead\")  # compiled already: add CUDA graphs")
+    line = optimizer_line(cfg)
+    if line:
+        fix.append(line)
+    return fix
+
+
+# torch.optim classes with a fused (one kernel per step) CUDA implementation; the rest have foreach
+_FUSED = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
+def optimizer_line(cfg) -> str | None:
+    """One line that makes the script's own optimizer launch fewer kernels, or ``None`` when it
+    already does (fused) or its class is not torch's."""
+    if cfg is None or cfg.optimizer_fused:
+        return None
+    name = cfg.optimizer or ""
+    if name in _FUSED:
+        return f"opt = torch.optim.{name}(model.parameters(), ..., fused=True)  # one kernel per step"
+    if name and cfg.optimizer_foreach is not True:
+        return (f"opt = {name}(model.parameters(), ..., foreach=True)  # one kernel per op for all "
+                "parameters (torch.optim classes)")
+    return None
 
 
 def check_fp32_compute(facts: RunFacts, th: Thresholds) -> list[Finding]:
@@ -201,5 +250,5 @@ def _fp32_compute(rf: RankFacts, th: Thresholds) -> list[Finding]:
     )
 
 
-__all__ = ["CODE_FP32", "CODE_LAUNCH", "LAUNCH_BATCH", "Speed", "check_fp32_compute", "check_launch_bound",
+__all__ = ["CODE_FP32", "CODE_LAUNCH", "LAUNCH_BATCH", "launch_fix", "optimizer_line", "Speed", "check_fp32_compute", "check_launch_bound",
            "compute_dtype", "speed", "speed_line"]

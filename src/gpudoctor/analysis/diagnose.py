@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpudoctor.analysis import (
+    allocator_rules,
     compile_rules,
     compute_rules,
+    copy_rules,
     conv_rules,
     distributed_rules,
     grad_sync_rules,
     gradient_rules,
+    host_rules,
     input_rules,
     memory_rules,
     numerics_rules,
@@ -46,10 +49,12 @@ RULES: tuple[Rule, ...] = (
     conv_rules.check_channels_last,
     conv_rules.check_cudnn_benchmark,
     tail_rules.check_periodic_stalls,
+    host_rules.check_host_ops,
     compile_rules.check_recompiles,
     trend_rules.check_slowdown,
     memory_rules.check_leak,
     memory_rules.check_fragmentation,
+    allocator_rules.check_allocator_churn,
     memory_rules.check_headroom,
     numerics_rules.check_nonfinite_loss,
     numerics_rules.check_scaler,
@@ -114,7 +119,10 @@ def diagnose(run: RunData, *, thresholds: Thresholds | None = None) -> list[Find
     findings.extend(stall)
     for rule in RULES:
         findings.extend(rule(facts, th))
-    findings.extend(pcie_rules.check_pcie_demand(facts, run.copy_ceiling_gbs))  # with bench copy's figure
+    copies = copy_rules.check_copy_bound(facts, th, run.copy_ceiling_gbs)
+    findings.extend(copies)
+    if not copies:  # the timeline's copy finding says all the demand figure would
+        findings.extend(pcie_rules.check_pcie_demand(facts, run.copy_ceiling_gbs))  # with bench copy's figure
     # the sites a leak grew, when the probes recorded them (memory run, or run once a leak showed)
     sites = next((s for _, s in sorted(run.leak_sites.items()) if s.sites), None)
     return order_findings(name_leak_sites(findings, sites, memory_rules.CODE_LEAK))

@@ -91,12 +91,12 @@ def check_data_parallel(facts: RunFacts, th: Thresholds) -> list[Finding]:
         evidence = [f"rank {rank}: torch.nn.DataParallel over {gpus}, in one process"]
         on_gpu = cfg.device.startswith("cuda")
         several = n >= 2 or (n == 0 and len(facts.gpus) >= 2)
+        if on_gpu and not several:
+            return _one_gpu_data_parallel(facts, rank, th, evidence)
         if not on_gpu:  # a note: here it only wrapped the module, on a GPU machine it will not
             evidence.append("this run had no CUDA device: DataParallel only wrapped the module")
-        elif not several:
-            evidence.append("over one GPU it only wraps the module; with several GPUs, use DDP")
         return [Finding(
-            code=CODE_DATA_PARALLEL, severity=Severity.WARN if on_gpu and several else Severity.INFO,
+            code=CODE_DATA_PARALLEL, severity=Severity.WARN if on_gpu else Severity.INFO,
             title="DataParallel: one process drives all the GPUs; DDP is faster",
             evidence=tuple(evidence),
             fix=(
@@ -110,6 +110,43 @@ def check_data_parallel(facts: RunFacts, th: Thresholds) -> list[Finding]:
             expected_gain=None,
         )]
     return []
+
+
+# CPU ops of torch.nn.DataParallel's own work in a step (its forward, scatter and gather)
+_DP_OPS = ("DataParallel", "Scatter", "Gather", "Broadcast")
+_ONE_GPU_FIX = (
+    "# over one GPU DataParallel only scatters and gathers: use the module itself\n"
+    "model = net.to(device)                 # not nn.DataParallel(net)\n"
+    "# checkpoints then have no \"module.\" prefix; to load the ones saved before:\n"
+    "state = {k.removeprefix(\"module.\"): v for k, v in torch.load(path, weights_only=True).items()}"
+)
+
+
+def _one_gpu_data_parallel(facts: RunFacts, rank: int, th: Thresholds, evidence: list[str]) -> list[Finding]:
+    """DataParallel over the one GPU there is: its host cost per step, measured in the window
+    (self time of its forward, scatter and gather ops), is what the plain module saves when the
+    GPU waits for the host; INFO with no gain where the window does not show it."""
+    rf = next((r for r in facts.ranks if r.rank == rank), None)
+    w = rf.window if rf is not None else None
+    cost = 0.0
+    if w is not None and rf.window_steps:
+        cost = sum(o.total_us for o in w.top_ops if any(k in o.name for k in _DP_OPS)) / 1000.0 / rf.window_steps
+    step = rf.breakdown.step_ms if rf is not None else 0.0
+    idle = 1.0 - rf.busy_frac if rf is not None and rf.busy_frac is not None else None
+    evidence.append("over one GPU it only scatters the batch and gathers the outputs")
+    if cost > 0 and step > 0 and idle is not None:
+        evidence.append(f"its forward, scatter and gather took {ms(cost)} of host time per step "
+                        f"(profiler window, self time) against a {ms(step)} mean step with the GPU "
+                        f"idle {pct(idle)}")
+        found = performance_finding(
+            code=CODE_DATA_PARALLEL, gain=min(cost / step, idle), thresholds=th,
+            title=f"DataParallel over one GPU costs {ms(cost)} of host time a step for nothing",
+            evidence=evidence, fix=_ONE_GPU_FIX)
+        if found:
+            return found
+    return [Finding(code=CODE_DATA_PARALLEL, severity=Severity.INFO,
+                    title="DataParallel over one GPU: it only wraps the module",
+                    evidence=tuple(evidence), fix=_ONE_GPU_FIX, expected_gain=None)]
 
 
 def check_set_epoch(facts: RunFacts, th: Thresholds) -> list[Finding]:

@@ -12,6 +12,7 @@ from gpudoctor.analysis.breakdown import (
     host_active_ms,
     window_steps,
 )
+from gpudoctor.analysis.compile_time import CompileTime, compile_time
 from gpudoctor.analysis.steps import RankStepStats, median, rank_step_stats
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.analysis.utilization import GpuUtilSummary, BytesTrend, host_memory_trend, summarize_gpus
@@ -46,6 +47,7 @@ class RankFacts:
     # median time of the steps inside the profiler window (the step statistics leave them out:
     # the profiler slows them); ``None`` without a window or without steps recorded in it
     window_step_ms: float | None = None
+    compile: CompileTime | None = None  # what it compiled over the whole run, warm-up included
 
     @property
     def window_steps(self) -> int:
@@ -205,7 +207,8 @@ def run_facts(run: RunData, thresholds: Thresholds) -> RunFacts:
         ranks.append(RankFacts(rank=rank, stats=stats, config=config, window=window,
                                breakdown=compute_breakdown(stats, window),
                                nvml_util_frac=_nvml_util(gpus, config),
-                               window_step_ms=window_step_ms(run, rank)))
+                               window_step_ms=window_step_ms(run, rank),
+                               compile=compile_time(rank, run.steps.get(rank, []))))
     world = run.manifest.world_size or max(
         [c.world_size for c in run.configs.values()] + [len(run.ranks), 1])
     oom = run.oom is not None or any(r.stats.ooms for r in ranks)

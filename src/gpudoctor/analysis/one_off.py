@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpudoctor.analysis.host_work import named_ms
 from gpudoctor.analysis.step_tail import episode_starts, stall_steps
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.step import StepRecord
@@ -68,13 +69,20 @@ def _excess(step: StepRecord, median_ms: float) -> float:
     return step.step_ms - median_ms
 
 
+def _named(step: StepRecord, median_ms: float, thresholds: Thresholds) -> bool:
+    """Most of the step's time beyond the median went to named host operations (a checkpoint,
+    a full collection): the script's own work, which recurs in a longer run, not a start-up cost."""
+    return named_ms(step) >= thresholds.tail_cause_min_share * (step.step_ms - median_ms)
+
+
 def find_one_off(used: Sequence[StepRecord], thresholds: Thresholds) -> OneOff | None:
     """The one-off stall among the steady steps ``used`` (in step order), or ``None``.
 
     The candidates are the stalled steps as the tail sees them (longer than ``tail_slow_factor``
     x the median, the fewest that carry ``tail_excess_cover`` of the excess: jitter left out);
-    compiling steps are left to the recompile finding. The longest of them is a one-off when
-    its excess is at least ``oneoff_factor`` x the typical excess of the other stalled steps
+    compiling steps are left to the recompile finding, and steps whose time went mostly to named
+    host operations (``torch.save``, a full collection) to the host-work finding. The longest of
+    them is a one-off when its excess is at least ``oneoff_factor`` x the typical excess of the other stalled steps
     (their median), or, with no other stalled step, ``oneoff_factor`` x the median step; every
     step that passes the same bar must be next to it (one episode: a bar passed twice, apart,
     recurs and is a stall with a long period, not a one-off). It must cost at least
@@ -86,7 +94,8 @@ def find_one_off(used: Sequence[StepRecord], thresholds: Thresholds) -> OneOff |
     median_ms = float(statistics.median(s.step_ms for s in used))
     if median_ms <= 0:
         return None
-    slow = [s for s in used if s.step_ms > thresholds.tail_slow_factor * median_ms and not s.compiles]
+    slow = [s for s in used if s.step_ms > thresholds.tail_slow_factor * median_ms and not s.compiles
+            and not _named(s, median_ms, thresholds)]
     stalled = stall_steps(slow, median_ms, thresholds.tail_excess_cover, thresholds.tail_stall_equal_frac)
     if not stalled:
         return None

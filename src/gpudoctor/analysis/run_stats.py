@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.analysis.compile_time import compile_line, compile_time
 from gpudoctor.analysis.facts import main_loader, rank_stats
 from gpudoctor.analysis.one_off import one_off_cause, one_off_line
 from gpudoctor.analysis.steps import RankStepStats
@@ -42,6 +43,9 @@ class StepStats:
     one_off: str | None = None  # the line every view prints for them (with the likely cause)
     history_steps: tuple[int, ...] = ()  # steps recorded with allocation history, left out
     history: str | None = None  # the line every view prints for them
+    compile_s: float | None = None  # seconds compiling (torch.compile), whole run; None: not measured
+    compile_steps: tuple[int, ...] = ()  # the steps that compiled, warm-up included
+    compile: str | None = None  # the line every view prints for them
 
 
 def one_off_note(stats: RankStepStats, config: Any = None) -> str | None:
@@ -70,10 +74,11 @@ def history_note(stats: RankStepStats) -> str | None:
             "to name the leak's sites — left out of the steady figures")
 
 
-def from_rank_stats(stats: RankStepStats, config: Any = None) -> StepStats:
+def from_rank_stats(stats: RankStepStats, config: Any = None, steps: Any = ()) -> StepStats:
     """The view of one rank's :class:`RankStepStats` (``config``: its ``RankConfig``, for the
-    one-off step's likely cause)."""
+    one-off step's likely cause; ``steps``: all its step records, for the compile time)."""
     throughput, unit = stats.throughput
+    compiled = compile_time(stats.rank, steps)
     h2d_bytes = stats.h2d_bytes
     return StepStats(
         rank=stats.rank,
@@ -94,6 +99,9 @@ def from_rank_stats(stats: RankStepStats, config: Any = None) -> StepStats:
         one_off=one_off_note(stats, config),
         history_steps=stats.history_steps,
         history=history_note(stats),
+        compile_s=None if compiled is None or compiled.compile_ms is None else round(compiled.compile_ms / 1000, 2),
+        compile_steps=() if compiled is None else compiled.steps,
+        compile=None if compiled is None else compile_line(compiled),
     )
 
 
@@ -104,7 +112,7 @@ def run_stats(run: RunData, thresholds: Thresholds | None = None) -> list[StepSt
     for rank in sorted(run.steps):
         stats = rank_stats(run, rank, th)
         if stats is not None:
-            out.append(from_rank_stats(stats, run.configs.get(rank)))
+            out.append(from_rank_stats(stats, run.configs.get(rank), run.steps.get(rank, ())))
     return out
 
 

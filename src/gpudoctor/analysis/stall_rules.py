@@ -1,5 +1,9 @@
 """A run that stopped making progress: stalled, stuck before its first step, or interrupted.
 
+Compile time is not a stall (the supervisor leaves it out of the stall limits): a run stopped by
+``--compile-timeout`` is *stuck compiling*, one interrupted while compiling says so, and a stall's
+evidence says how much of the wait was compilation.
+
 Rank policy: every rank with stacks is named. Under several ranks the one that stalled is the
 one *not* waiting in a collective (else the one with the fewest steps); the others are named as
 waiting for it in the collective their stack shows.
@@ -33,6 +37,20 @@ def check_stall(run: RunData, th: Thresholds) -> list[Finding]:
     idle = f"{m.idle_s:.0f} s" if m.idle_s is not None else "a long time"
     limit = f" (limit {m.stall_limit_s:g} s)" if m.stall_limit_s else ""
     fix = _fix(stuck, stacks)
+    compiled = m.compile_s or 0.0
+    if compiled >= 1.0:
+        evidence.append(f"{compiled:.0f} s of the {idle} without a step went to compiling (torch.compile)"
+                        + ("; it was compiling when stopped" if m.compiling else "")
+                        + ("" if m.compile_limit_s else ", which the stall limit does not count"))
+    if m.compile_limit_s and m.status in ("stalled", "timeout"):
+        when = f"at step {at}" if m.status == "stalled" else "before the first optimizer step"
+        title = (f"Stuck compiling {when}: torch.compile compiled for {compiled:.0f} s without an "
+                 f"optimizer step (--compile-timeout {m.compile_limit_s:g} s){where}")
+        fix = ("TORCH_LOGS=recompiles,graph_breaks python train.py   # what it compiles, and how often\n"
+               f"gpudoctor run --compile-timeout {2 * m.compile_limit_s:g} -- python train.py   "
+               "# if compiling it really takes that long\n" + fix)
+        return [Finding(code=CODE_STALL, severity=Severity.ERROR, title=title,
+                        evidence=tuple(evidence) or ("no stacks were captured",), fix=fix)]
     if m.status == "stalled":
         title = f"Stalled at step {at}: no optimizer step for {idle}{limit}{where}"
         return [Finding(code=CODE_STALL, severity=Severity.ERROR, title=title,
@@ -42,8 +60,15 @@ def check_stall(run: RunData, th: Thresholds) -> list[Finding]:
             return []
         title = f"Stuck before the first optimizer step: none in {idle}{limit}{where}"
         return [Finding(code=CODE_STALL, severity=Severity.ERROR, title=title, evidence=tuple(evidence), fix=fix)]
-    # interrupted: stuck when it had gone without a step far longer than its steps take
-    stalled = bool(steps) and m.idle_s is not None and m.idle_s > max(th.stuck_min_idle_s, (m.stall_limit_s or 0.0) / 4)
+    # interrupted: stuck when it had gone without a step far longer than its steps take (compile
+    # time left out: compiling is progress)
+    stalled = bool(steps) and m.idle_s is not None and m.idle_s - compiled > max(
+        th.stuck_min_idle_s, (m.stall_limit_s or 0.0) / 4)
+    if m.compiling and not stalled:
+        title = (f"Interrupted (Ctrl-C) at step {at} while compiling (torch.compile, {compiled:.0f} s "
+                 "since the last step): the diagnosis covers only the steps before it")
+        return [Finding(code=CODE_INTERRUPTED, severity=Severity.WARN, title=title, evidence=tuple(evidence),
+                        fix="gpudoctor run --steps N -- ...   # let it stop by itself after N steps")]
     if stalled:
         title = f"Interrupted at step {at} after {idle} without an optimizer step: it was stuck{where}"
         return [Finding(code=CODE_STALL, severity=Severity.ERROR, title=title,

@@ -13,43 +13,16 @@ periodic stalls that the median hides show up in it and in :class:`Tail`.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from gpudoctor.analysis.host_work import HostWork, host_work
+from gpudoctor.analysis.linefit import LineFit, least_squares, median
 from gpudoctor.analysis.one_off import OneOff, find_one_off
 from gpudoctor.analysis.step_tail import Tail, step_tail
+from gpudoctor.analysis.step_trend import StepTrend, step_trend
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.step import StepRecord
-
-
-def median(values: Sequence[float]) -> float | None:
-    """Median of ``values``; ``None`` for an empty sequence."""
-    return float(statistics.median(values)) if len(values) else None
-
-
-@dataclass(frozen=True, slots=True)
-class LineFit:
-    """Least-squares line ``y = slope * x + intercept`` with its coefficient of determination."""
-
-    slope: float
-    intercept: float
-    r2: float
-
-
-def least_squares(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
-    """Fit a line by ordinary least squares; ``None`` with fewer than 3 points or constant ``xs``.
-
-    ``r2`` is 1.0 when ``ys`` is constant (a flat line explains it fully).
-    """
-    n = len(xs)
-    if n < 3 or n != len(ys) or len(set(xs)) < 2:
-        return None
-    slope, intercept = statistics.linear_regression(xs, ys)
-    if len(set(ys)) < 2:
-        return LineFit(slope=slope, intercept=intercept, r2=1.0)
-    r = statistics.correlation(xs, ys)
-    return LineFit(slope=slope, intercept=intercept, r2=max(0.0, min(1.0, r * r)))
 
 
 def steady_steps(steps: Sequence[StepRecord], thresholds: Thresholds,
@@ -103,85 +76,6 @@ def steady_and_one_off(kept: list[StepRecord], thresholds: Thresholds) -> tuple[
 
 
 @dataclass(frozen=True, slots=True)
-class StepTrend:
-    """Step time against the step index over the steady steps: a run that slows down as it goes.
-
-    The line is fitted to the medians of consecutive windows of steps (``trend_windows`` of
-    them), not to every step: one step that waits on the scheduler or the allocator is a point
-    far off any line and would drown a steady climb in a least-squares fit of single steps (a
-    CPU run whose steps grew from 0.23 to 0.52 ms had R^2 0.01 over its steps, because of a few
-    1-2 ms ones); a window's median ignores it and follows the climb.
-
-    Attributes:
-        fit: least-squares line of the windows' median ``step_ms`` against their mean step index.
-        windows: how many windows (points) the line was fitted to.
-        first_step, last_step: the steady steps it spans; ``first_t_s``/``last_t_s``: when
-            they ended (the probes' clock), to read other samples over the same span.
-        late_slope: the slope of the later half of the windows alone (``None`` with fewer than
-            3 of them): a run still slowing down keeps climbing there, while a warm-up that
-            outlasted the warm-up drop has levelled off.
-    """
-
-    fit: LineFit
-    first_step: int
-    last_step: int
-    windows: int = 0
-    first_t_s: float = 0.0
-    last_t_s: float = 0.0
-    late_slope: float | None = None
-    first_window_ms: float = 0.0
-
-    @property
-    def first_ms(self) -> float:
-        """The fitted time of the first steady step."""
-        return self.fit.slope * self.first_step + self.fit.intercept
-
-    @property
-    def growth_ms(self) -> float:
-        """What the fitted step time gained from the first steady step to the last."""
-        return self.fit.slope * (self.last_step - self.first_step)
-
-    @property
-    def start_ms(self) -> float:
-        """Where the climb starts: the fitted first step, or the first window's median when the
-        line starts lower (a steep, noisy fit can start near or below zero: on a loaded CPU one
-        run of a steadily slowing script fitted -0.6 ms at its first step)."""
-        return max(self.first_ms, self.first_window_ms)
-
-    @property
-    def growth_frac(self) -> float:
-        """``growth_ms`` over ``start_ms`` (0.0 when that is not positive)."""
-        return self.growth_ms / self.start_ms if self.start_ms > 0 else 0.0
-
-    @property
-    def lost_share(self) -> float:
-        """The share of the steady steps' (fitted) time spent beyond the first fitted step: what
-        the slow-down cost the recorded run. On a line that is half the growth over the mean."""
-        mean = self.start_ms + self.growth_ms / 2.0
-        return max(0.0, self.growth_ms / 2.0) / mean if mean > 0 else 0.0
-
-
-def step_trend(used: Sequence[StepRecord], thresholds: Thresholds) -> StepTrend | None:
-    """Fit the step time against the step index over ``used``, window medians as the points:
-    at most ``trend_windows`` windows of at least ``trend_min_window`` steps (``None`` with fewer
-    than 3 windows)."""
-    size = max(thresholds.trend_min_window, math.ceil(len(used) / thresholds.trend_windows))
-    chunks = [list(used[i:i + size]) for i in range(0, len(used) - size + 1, size)]
-    if chunks and len(used) % size:
-        chunks[-1].extend(used[len(chunks) * size:])  # the remainder joins the last window
-    xs = [sum(s.step for s in c) / len(c) for c in chunks]
-    ys = [median([s.step_ms for s in c]) or 0.0 for c in chunks]
-    fit = least_squares(xs, ys)
-    if fit is None:
-        return None
-    half = len(xs) // 2
-    late = least_squares(xs[half:], ys[half:])
-    return StepTrend(fit=fit, first_step=used[0].step, last_step=used[-1].step, windows=len(chunks),
-                     first_t_s=used[0].t_end_s, last_t_s=used[-1].t_end_s,
-                     late_slope=None if late is None else late.slope, first_window_ms=ys[0])
-
-
-@dataclass(frozen=True, slots=True)
 class RankStepStats:
     """Medians of one rank's steady steps and what they imply.
 
@@ -221,6 +115,8 @@ class RankStepStats:
         history_steps: the steps past warm-up left out because ``run`` recorded allocation
             history in them to name a leak's sites (slower: every allocation records a stack);
             ``n_used`` does not count them, and they are no stall, one-off or slow-down.
+        host_work: the named host operations (serialization, garbage collection) and the
+            sampled frames of the steady steps (:mod:`gpudoctor.analysis.host_work`).
     """
 
     rank: int
@@ -260,7 +156,10 @@ class RankStepStats:
     grad_norms: tuple[tuple[int, float], ...] = ()
     nonfinite_grad_steps: tuple[int, ...] = ()
     one_off: OneOff | None = None
+    h2d_wide_float_bytes: float = 0.0  # median, as h2d_bytes
+    empty_cache_calls: float = 0.0  # median torch.cuda.empty_cache() calls per step
     history_steps: tuple[int, ...] = ()
+    host_work: HostWork = HostWork()
 
     def share(self, ms: float | None) -> float:
         """``ms`` as a share of the median step (0.0 when unknown)."""
@@ -370,6 +269,8 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
         mean_data_wait_ms=sum(s.data_wait_ms for s in used) / len(used),
         mean_h2d_ms=_mean_opt([s.h2d_ms for s in used]),
         mean_sync_ms=_mean_opt([s.sync_ms for s in used]),
+        h2d_wide_float_bytes=median([float(s.h2d_wide_float_bytes) for s in used]) or 0.0,
+        empty_cache_calls=median([float(s.empty_cache_calls) for s in used]) or 0.0,
         tail=step_tail(used, step_ms, wait_ms, syncs, thresholds),
         recompile_steps=tuple(s.step for s in used if s.compiles),
         recompiles=sum(s.compiles or 0 for s in used),
@@ -382,6 +283,7 @@ def rank_step_stats(steps: Sequence[StepRecord], thresholds: Thresholds,
                                    and not math.isfinite(s.grad_norm)),
         one_off=one_off,
         history_steps=history_steps,
+        host_work=host_work(used, step_ms, thresholds),
     )
 
 

@@ -53,10 +53,13 @@ def _host_sync(rf: RankFacts, th: Thresholds) -> list[Finding]:
         # ahead to feed the GPU, so removing them frees little (GD-RUN-LAUNCH-BOUND or the
         # host's other work is the cause)
         return [_host_bound_syncs_note(rf, syncs, cost)]
-    if idle < th.idle_min_share:
+    gpu_idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else idle
+    if idle < th.idle_min_share and (cost is None or gpu_idle < th.idle_min_share or cost < th.info_gain):
         # the GPU stays fed despite the syncs (a GPU-bound host blocks in them while the GPU
         # runs queued work): reading a loss per step is then fine, and telling the user to
-        # remove them would promise a gain the records do not show
+        # remove them would promise a gain the records do not show. A GPU that idles while
+        # the host waits for data is not fed: a sync stops the host loading the next batch
+        # while the GPU runs, and the cost (min(W, step - busy)) says what that is worth.
         return [_cheap_syncs_note(rf, syncs, idle, th)]
     evidence = [
         f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",

@@ -3,7 +3,11 @@
 A loader that stalls every N batches (workers restarted each epoch, a slow shard, a sample that
 decodes slowly), a metric read or a checkpoint every N steps: the median step looks healthy, the
 run is not. The rule judges the mean against the median (:class:`gpudoctor.analysis.steps.Tail`)
-on every rank and names the worst.
+on every rank and names the worst. What the host did in the slow steps comes from the records:
+the data wait, the host syncs, the named operations (``torch.save``, collections: slow steps
+they explain are left to ``GD-RUN-HOST-*``, :mod:`gpudoctor.analysis.host_rules`, which judges
+them on their measured time), and the script's function the stack sampler found the training
+thread in (``spends 352 ms in evaluate (train.py:12)``, with the fix for its kind of work).
 
 A stall at every epoch boundary carries its parts as ``Finding.data`` (what ``gpudoctor fix``
 plans from), each per boundary: ``epoch_steps`` (steps per epoch), ``boundary_ms`` (the
@@ -19,6 +23,7 @@ from __future__ import annotations
 import math
 
 from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
+from gpudoctor.analysis.host_fixes import dur, frame_fix, kind_of
 from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding
@@ -43,6 +48,70 @@ def _epoch_steps(rf: RankFacts, world: int) -> int | None:
     per_rank = loader.dataset_len / max(1, world) if loader.sampler == "DistributedSampler" else loader.dataset_len
     steps = per_rank / loader.batch_size
     return int(steps) if loader.drop_last else math.ceil(steps)
+
+
+def at_epoch_boundaries(rf: RankFacts, world: int) -> bool:
+    """The slow steps of ``rf`` come once per epoch of the loader the loop iterates."""
+    tail = rf.stats.tail
+    epoch = _epoch_steps(rf, world)
+    return bool(tail is not None and epoch and tail.period and abs(tail.period - epoch) <= 1)
+
+
+def named_share(rf: RankFacts) -> float:
+    """The share of the slow steps' time beyond the median that named host operations
+    (``torch.save``, a full collection) took beyond a typical step."""
+    tail = rf.stats.tail
+    if tail is None or tail.excess_ms <= 0:
+        return 0.0
+    slow = set(tail.slow_steps)
+    named = sum(b for o in rf.stats.host_work.ops for s, b in zip(o.spike_steps, o.spike_ms) if s in slow)
+    return named / tail.excess_ms
+
+
+def _named_line(rf: RankFacts) -> str | None:
+    """``of it, 1.2 s in torch.save from save (train.py:88)``: the named operations of the slow
+    steps, per stall, or ``None``."""
+    tail = rf.stats.tail
+    assert tail is not None
+    slow = set(tail.slow_steps)
+    parts = []
+    for o in rf.stats.host_work.ops:
+        inside = sum(b for s, b in zip(o.spike_steps, o.spike_ms) if s in slow)
+        if inside > 0:
+            parts.append(f"{dur(inside / max(1, tail.episodes))} in {o.op}" + (f" from {o.site}" if o.site else ""))
+    return f"of each, {', '.join(parts)}" if parts else None
+
+
+def _sampled(rf: RankFacts, th: Thresholds):
+    """The script's frame that the stack sampler found most in the slow steps, outside any
+    named operation and the DataLoader, when it holds ``tail_cause_min_share`` of those samples
+    and recurs (seen in two slow steps or more, or in the only one); else ``None``."""
+    tail = rf.stats.tail
+    assert tail is not None
+    slow = set(tail.slow_steps)
+    frames = [f for f in rf.stats.host_work.frames if slow & set(f.steps)]
+    total = sum(f.samples for f in frames)
+    top = next((f for f in frames if not f.op), None)
+    if top is None or total == 0 or top.samples < th.tail_cause_min_share * total:
+        return None
+    if len(slow & set(top.steps)) < min(2, len(slow)):
+        return None
+    return top, top.samples / total, frames
+
+
+def _sampled_cause(rf: RankFacts, th: Thresholds, hit) -> tuple[str, str, str, Data]:
+    tail = rf.stats.tail
+    assert tail is not None
+    top, share, frames = hit
+    each = share * tail.excess_ms / max(1, tail.episodes)
+    listed = ", ".join(f"{f.site} {dur(f.ms)}" for f in frames[:3])
+    chain = " < ".join((top.site, *top.callers))
+    kind = kind_of(top.lib)
+    return (f"spends {dur(each)} in {top.site}",
+            f"where the training thread was in the slow steps (its stack, sampled once a step ran "
+            f"long), over those steps: {listed}; {chain}"
+            + (f", inside {top.lib}" if top.lib else ""),
+            frame_fix(kind, top.function), ())
 
 
 Data = tuple[tuple[str, float], ...]
@@ -121,6 +190,9 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str, Da
         )
     if at_epochs and loader is not None:
         return _epoch_boundary(rf, th, epoch, loader)
+    hit = _sampled(rf, th)
+    if hit is not None and tail.extra_sync_ms < th.tail_cause_min_share * extra:
+        return _sampled_cause(rf, th, hit)  # not blocked in syncs most of the time: the function says more
     if tail.extra_syncs >= th.sync_min_per_step:
         return (
             "synchronises with the GPU",
@@ -131,6 +203,8 @@ def _cause(rf: RankFacts, th: Thresholds, world: int) -> tuple[str, str, str, Da
             "    log(running_loss.item() / log_every)",
             (),
         )
+    if hit is not None:
+        return _sampled_cause(rf, th, hit)
     return (
         "does extra host work",
         "neither the data wait nor the host syncs explain the slow steps",
@@ -150,7 +224,7 @@ def _epoch_boundary(rf: RankFacts, th: Thresholds, epoch: int | None, loader) ->
     tail = rf.stats.tail
     assert tail is not None
     total, data, sync, syncs, host = _boundary(tail)
-    named = lambda part: total > 0 and part >= th.tail_cause_part_min_share * total  # noqa: E731
+    big = lambda part: total > 0 and part >= th.tail_cause_part_min_share * total  # noqa: E731
     restart = loader.num_workers > 0 and not loader.persistent_workers
     parts = [f"{ms(data)} waiting for the first batch"
              + (f" (the DataLoader's {loader.num_workers} workers restart each epoch)" if restart else ""),
@@ -159,16 +233,19 @@ def _epoch_boundary(rf: RankFacts, th: Thresholds, epoch: int | None, loader) ->
     evidence = (f"the slow steps come every {epoch} steps, one epoch ({loader.dataset_len} samples / "
                 f"batch {loader.batch_size}); each epoch boundary takes {ms(total)} beyond the median "
                 f"step: {', '.join(parts)}")
+    named = _named_line(rf)
+    if named:
+        evidence += f"; {named}"
     fix = ""
     if restart:
         fix += (f"loader = DataLoader(dataset, batch_size={loader.batch_size}, num_workers="
                 f"{loader.num_workers},\n"
                 f"                    persistent_workers=True)   # no worker restart each epoch\n")
-    elif named(data):
+    elif big(data):
         fix += ("# the first batch of each epoch waits (no prefetch across epochs): fewer, longer\n"
                 "# epochs, or a batch that is cheaper to produce\n")
     found = _boundary_data(tail, epoch, restart)
-    if named(sync) or named(host) or not fix:
+    if big(sync) or big(host) or not fix:
         fix += epoch_work_fix(sync + host)
         found += (("epoch_work_ms", round(sync + host, 2)),)
     return ("does the work of an epoch boundary", evidence, fix.rstrip("\n"), found)
@@ -181,6 +258,10 @@ def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
     idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else None
     if idle is not None and idle < th.tail_min_excess:
         return []  # the GPU stayed busy through the slow host steps: queued work hid them
+    extra = tail.excess_ms / len(tail.slow_steps)
+    if (named_share(rf) >= th.tail_cause_min_share and not at_epoch_boundaries(rf, world)
+            and tail.extra_data_wait_ms < th.tail_cause_min_share * extra):
+        return []  # GD-RUN-HOST-*: the named operation, its measured share and its fix
     what, cause_line, fix, data = _cause(rf, th, world)
     if what == "waits for the DataLoader" and rf.breakdown.share("data") >= th.data_wait_min_share:
         # workers that fall behind every few batches: the mean data wait counts these steps, and
@@ -206,4 +287,4 @@ def _stalls(rf: RankFacts, th: Thresholds, world: int) -> list[Finding]:
     )
 
 
-__all__ = ["CODE_STALL", "check_periodic_stalls", "epoch_work_fix"]
+__all__ = ["CODE_STALL", "at_epoch_boundaries", "check_periodic_stalls", "epoch_work_fix", "named_share"]

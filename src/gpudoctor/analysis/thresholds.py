@@ -55,6 +55,7 @@ class Thresholds:
     # -- host syncs, launch overhead, compute ------------------------------------------------
     sync_min_per_step: float = _t(1.0, "Host syncs per step (median) from which the loop syncs 'every step': one .item() per step is the common case.")
     idle_min_share: float = _t(0.15, "GPU idle share of the step from which launch overhead or syncs matter. A judgement, set above warn_gain because removing syncs or launches recovers only part of the idle time.")
+    host_bound_margin: float = _t(1.5, "With host syncs every step, the loop is launch-bound only when the host's own work per step exceeds the GPU's busy time by this factor: closer than that, the syncs (which make host and GPU take turns) cost more than the launches, and removing them overlaps the two. A model margin, not fitted to a case.")
     tiny_kernel_us: float = _t(20.0, "A median kernel shorter than this is 'tiny': a launch costs ~5-10 us of host time, so a kernel under 20 us cannot hide the next launch.")
     tiny_kernel_min_frac: float = _t(0.5, "Launch-bound also when at least this share of kernels are under 10 us (the profiler window's fixed bucket, WindowSummary.kernels_under_10us_frac): most of them.")
     compute_min_busy: float = _t(0.6, "GPU busy share from which a run counts as compute-bound, so that faster arithmetic (bf16, TF32) would shorten the step. A judgement: below it the idle time is the bigger lever.")

@@ -11,10 +11,7 @@ from __future__ import annotations
 import os
 
 from gpudoctor.records.bench import LinkState
-
-# Usable bandwidth of one PCIe lane, one direction, GB/s, after line encoding
-# (8b/10b up to Gen2, 128b/130b for Gen3-5, 242B/256B FLIT for Gen6).
-PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+from gpudoctor.records.gpu_specs import pcie_gbs  # re-exported: the link figures quote it
 
 # Clock event ("throttle") reason bits of nvmlDeviceGetCurrentClocksEventReasons.
 _THROTTLE_BITS = {
@@ -26,13 +23,6 @@ _THROTTLE_BITS = {
     0x2: "applications_clocks_setting",
     0x10: "sync_boost",
 }
-
-
-def pcie_gbs(gen: int | None, width: int | None) -> float | None:
-    """Line rate of a PCIe link in GB/s per direction, or ``None`` when gen/width are unknown."""
-    if not gen or not width or gen not in PCIE_LANE_GBS:
-        return None
-    return PCIE_LANE_GBS[gen] * width
 
 
 def nvlink_gbs(active_links: int | None, capability: tuple[int, int] | None) -> float | None:

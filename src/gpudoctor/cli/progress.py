@@ -20,13 +20,19 @@ PREFIX = "gpudoctor: "
 
 
 def run_text(progress: Any) -> tuple[str, str]:
-    """(stage, detail) of a :class:`gpudoctor.collectors.watch.RunProgress`."""
+    """(stage, detail) of a :class:`gpudoctor.collectors.watch.RunProgress`; while it compiles
+    the detail says ``compiling (N s)``."""
     steps, total, window = progress.steps, progress.total, progress.window
     of = f"step {steps} of {total}" if total is not None else f"step {steps}"
+    compiling = getattr(progress, "compiling_s", None)
+    if compiling is not None and progress.stage in ("waiting", "training", "profiling"):
+        of = ("" if progress.stage == "waiting" else of + " · ") + f"compiling ({compiling:.0f} s)"
+    elif progress.stage == "waiting":
+        of = ""
     if progress.stage == "starting":
         return "starting the script", ""
     if progress.stage == "waiting":
-        return "waiting for the first optimizer step", ""
+        return "waiting for the first optimizer step", of
     if progress.stage == "profiling" and window is not None:
         return f"profiling steps {window[0]}-{window[1]}", of
     if progress.stage == "stopping":

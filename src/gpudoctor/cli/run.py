@@ -144,6 +144,11 @@ def register(app: typer.Typer) -> None:
             30.0, "--stall-timeout",
             help="A stall: no optimizer step for max(S, 20 x the median step); stop it with every rank's stacks.",
         ),
+        compile_timeout: float = typer.Option(
+            900.0, "--compile-timeout",  # collectors.supervise.COMPILE_TIMEOUT_S
+            help="Compile time (torch.compile) counts against neither timeout above; stop the script, with "
+            "every rank's stacks, once it has compiled this long without an optimizer step (s).",
+        ),
         top: int = typer.Option(
             5, "--top", min=0, help="List the profiler window's N slowest GPU kernels and CPU ops (0: none).",
         ),
@@ -201,6 +206,7 @@ def register(app: typer.Typer) -> None:
             "profile_window": parse_window(window) if window is not None else None,
             "first_step_timeout_s": first_step_timeout,
             "stall_timeout_s": stall_timeout,
+            "compile_timeout_s": compile_timeout,
             "keep_trace": keep_trace,
             "trace_dir": trace_dir,
             "nvtx": nvtx,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,8 +31,9 @@ from pathlib import Path
 import gpudoctor
 from gpudoctor.collectors import instrument, outdir, rank_files, stacks
 from gpudoctor.collectors.instrument import spawn
+from gpudoctor.collectors.command import default_run_dir, resolve_command, run_name  # noqa: F401 - re-exported
 from gpudoctor.collectors.knobs import Knob, child_env
-from gpudoctor.collectors.supervise import Supervisor, signal_group
+from gpudoctor.collectors.supervise import COMPILE_TIMEOUT_S, Supervisor, signal_group
 from gpudoctor.collectors.watch import ProgressReporter, RunProgress, Tee, echoes, start_samplers, stop_samplers
 from gpudoctor.core.parent_death import die_with_parent
 from gpudoctor.errors import GpuDoctorUserError
@@ -63,7 +63,10 @@ class RunSpec:
         first_step_timeout_s: stop the child, with every rank's stacks, when no optimizer step
             happened by then.
         stall_timeout_s: stop the child, with every rank's stacks, when no optimizer step
-            happened for ``max(stall_timeout_s, 20 x the median step)``.
+            happened for ``max(stall_timeout_s, 20 x the median step)``. Neither this limit nor
+            ``first_step_timeout_s`` counts the seconds spent compiling (``torch.compile``).
+        compile_timeout_s: stop the child, with every rank's stacks, when it compiled this long
+            without an optimizer step (a compilation that hangs).
         keep_trace: also write the window's Chrome trace (``trace-rank{N}.json``).
         child_stdout_to_stderr: show the child's stdout on our stderr (the default: our stdout is
             for results); ``False`` shows it on our stdout (a library caller's choice).
@@ -86,6 +89,7 @@ class RunSpec:
     knobs: tuple[Knob, ...] = ()
     first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
     stall_timeout_s: float = STALL_TIMEOUT_S
+    compile_timeout_s: float = COMPILE_TIMEOUT_S
     keep_trace: bool = False
     child_stdout_to_stderr: bool = True
     echo_child: bool = True
@@ -106,6 +110,8 @@ class RunSpec:
             raise ValueError(f"--first-step-timeout {self.first_step_timeout_s}: must be > 0 seconds")
         if not self.stall_timeout_s > 0:
             raise ValueError(f"--stall-timeout {self.stall_timeout_s}: must be > 0 seconds")
+        if not self.compile_timeout_s > 0:
+            raise ValueError(f"--compile-timeout {self.compile_timeout_s}: must be > 0 seconds")
         if self.memory_stages < 0:
             raise ValueError(f"--stages {self.memory_stages}: must be at least 1 (0 turns memory mode off)")
         if self.trace_dir is not None and not self.profile:
@@ -163,45 +169,6 @@ class RunOutcome:
     manifest: RunManifest
     exit_code: int
     message: str = ""
-
-
-def resolve_command(command: tuple[str, ...]) -> tuple[str, ...]:
-    """Check the program exists; raise :class:`GpuDoctorUserError` (exit 2) saying what to do."""
-    if not command:
-        raise GpuDoctorUserError("no command given; write it after --, e.g. gpudoctor run -- python train.py")
-    program = command[0]
-    if os.sep in program or (os.altsep and os.altsep in program):
-        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
-            raise GpuDoctorUserError(f"{program}: no such executable file; check the path after --")
-        return command
-    found = shutil.which(program)
-    if found is None:
-        raise GpuDoctorUserError(
-            f"{program}: command not found on PATH; write the full command after --, "
-            "e.g. gpudoctor run -- python train.py"
-        )
-    return command
-
-
-def default_run_dir(command: tuple[str, ...], base: Path = Path("gpudoctor-runs")) -> Path:
-    """``gpudoctor-runs/<YYYYmmdd-HHMMSS>-<script name>``, never an existing directory."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = base / f"{stamp}-{run_name(command)}"
-    n = 2
-    while path.exists():
-        path = base / f"{stamp}-{run_name(command)}-{n}"
-        n += 1
-    return path
-
-
-def run_name(command: tuple[str, ...]) -> str:
-    """A short name for the run: the script's stem, the ``-m`` module's last part, or the program."""
-    for i, arg in enumerate(command):
-        if arg == "-m" and i + 1 < len(command):
-            return command[i + 1].rsplit(".", 1)[-1]
-        if arg.endswith(".py"):
-            return Path(arg).stem
-    return Path(command[0]).name or "run"
 
 
 def child_environment(spec: RunSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -290,8 +257,9 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
     tees = [Tee(proc.stdout, echo_out, log, lock, out_tail), Tee(proc.stderr, echo_err, log, lock, err_tail)]
     on_scan = ProgressReporter(report, total=spec.steps, window=window)
     watch = Supervisor(proc, run_dir, first_step_timeout_s=spec.first_step_timeout_s,
-                       stall_timeout_s=spec.stall_timeout_s, grace_s=spec.grace_s, say=say, on_scan=on_scan)
-    on_scan(0, False)
+                       stall_timeout_s=spec.stall_timeout_s, compile_timeout_s=spec.compile_timeout_s,
+                       grace_s=spec.grace_s, say=say, on_scan=on_scan)
+    on_scan(0, False, None)
     previous = {}
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
@@ -334,6 +302,9 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
             notes.append(f"stalled at step {min(counts.values(), default=0)}")
     elif status == "interrupted" and watch.idle_s is not None:
         notes.append(f"interrupted at step {steps_done}, {watch.idle_s:.1f} s after the last optimizer step")
+    if status in ("timeout", "stalled", "interrupted") and watch.compiling:
+        since = "since the last optimizer step" if steps_done else "before the first optimizer step"
+        notes.append(f"stopped while compiling: torch.compile had compiled for {watch.compile_s or 0:.0f} s {since}")
     elif status == "no_steps":
         message = (
             "the script exited without a single optimizer step: gpudoctor measures training "
@@ -364,6 +335,9 @@ def run_instrumented(spec: RunSpec, *, say: Callable[[str], None] | None = None,
         steps_recorded=tuple(counts.get(r, 0) for r in ranks),
         idle_s=round(watch.idle_s, 1) if watch.idle_s is not None else None,
         stall_limit_s=watch.limit_s,
+        compile_s=watch.compile_s,
+        compiling=watch.compiling,
+        compile_limit_s=watch.compile_limit_s,
     )
     write_json(run_dir / MANIFEST, final, kind=KIND_MANIFEST)
     return RunOutcome(run_dir=run_dir, manifest=final, exit_code=_exit_code(status, rc), message=message)

@@ -20,7 +20,7 @@ _OURS = re.compile(
     r"(manifest\.json|gpu\.jsonl|host\.jsonl|env\.json|findings\.json|stdout\.log|report\.html"
     r"|oom(-rank\d+)?\.json|oom-snapshot(-rank\d+)?\.pickle"
     r"|(config|window|trace)-rank\d+\.json|(steps|memory)-rank\d+\.jsonl"
-    r"|stacks-(rank|pid)\d+(\.native)?\.txt|children-pid\d+\.txt)(\.tmp|\.\d+-[0-9a-f]{8}\.tmp)?"  # records.atomic's temp names
+    r"|stacks-(rank|pid)\d+(\.native)?\.txt|children-pid\d+\.txt|compile-pid\d+\.jsonl)(\.tmp|\.\d+-[0-9a-f]{8}\.tmp)?"  # records.atomic's temp names
 )
 _SUBRUNS = ("baseline", "try")
 

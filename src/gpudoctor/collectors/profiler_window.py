@@ -28,6 +28,8 @@ from typing import Any
 
 from gpudoctor.records.run import MemcpyStat, OpStat, WindowSummary
 
+# the caching allocator's calls into CUDA (cudaFree also waits for the device)
+ALLOC_NAMES = frozenset({"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync"})
 SYNC_NAMES = frozenset(
     {
         "cudaDeviceSynchronize",
@@ -317,6 +319,7 @@ def reduce_events(
     cpu_ops: list[Event] = []
     gloo: list[tuple[float, float]] = []
     sync_calls, sync_us, launches = 0, 0.0, 0
+    alloc_calls, alloc_us = 0, 0.0
     device_kinds: list[tuple[tuple[float, float], bool]] = []
     for ev in events:
         span = (ev.start_us, ev.start_us + ev.dur_us)
@@ -345,6 +348,9 @@ def reduce_events(
             sync_us += ev.dur_us
         elif ev.name.startswith(LAUNCH_PREFIXES):
             launches += 1
+        elif ev.name in ALLOC_NAMES:
+            alloc_calls += 1
+            alloc_us += ev.dur_us
         elif not ev.name.startswith(("cuda", "cu", "ProfilerStep", "[")):
             cpu_ops.append(ev)
             if ev.name.startswith(GLOO_PREFIX):
@@ -388,6 +394,8 @@ def reduce_events(
         ),
         sync_calls=sync_calls,
         sync_ms=sync_us / 1000.0,
+        alloc_calls=alloc_calls,
+        alloc_ms=alloc_us / 1000.0,
         nccl_ms=nccl_us / 1000.0,
         nccl_overlap_frac=overlap,
         gloo_ms=sum(e - s for s, e in _union(gloo)) / 1000.0,

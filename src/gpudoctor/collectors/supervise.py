@@ -3,9 +3,13 @@
 The parent reads each rank's ``steps-rank{N}.jsonl`` as it grows (every step is written at its
 boundary: :mod:`gpudoctor.collectors.instrument.stepfile`). The run is *stalled* when no rank
 finished an optimizer step for ``max(stall_timeout_s, STALL_MEDIANS x the median step)``; before
-the first step the limit is ``first_step_timeout_s`` (start-up: imports, data, compilation). A stall, a first-step timeout and Ctrl-C all ask every probed process for its
-Python stacks first (:mod:`gpudoctor.collectors.stacks`), then stop the process group: the
-signal gpudoctor got (Ctrl-C: SIGINT, else SIGTERM), SIGTERM after ``grace_s``, then SIGKILL.
+the first step the limit is ``first_step_timeout_s`` (start-up: imports, data). Compilation is
+progress, not a stall: the seconds any rank spends compiling (:mod:`.compile_watch`) do not count
+against those limits, but against their own, longer ``compile_timeout_s`` (a compilation that
+hangs, or recompiles without end, still stops). A stall, a timeout and Ctrl-C all ask every
+probed process for its Python stacks first (:mod:`gpudoctor.collectors.stacks`), then stop the
+process group: the signal gpudoctor got (Ctrl-C: SIGINT, else SIGTERM), SIGTERM after
+``grace_s``, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.collectors import stacks
+from gpudoctor.collectors.compile_watch import CompileWatch
 
 STALL_MEDIANS = 20  # a step this many times the median long, with no step since, is a stall
+# Compiling without an optimizer step this long is stuck: max-autotune of a large model compiles
+# for minutes, and compile time does not count against the stall limits.
+COMPILE_TIMEOUT_S = 900.0
 POLL_S = 0.1
 SCAN_S = 0.5  # how often the step files are read
 KILL_WAIT_S = 5.0
@@ -88,19 +96,27 @@ class Supervisor:
 
     def __init__(self, proc: subprocess.Popen, run_dir: Path, *, first_step_timeout_s: float,
                  stall_timeout_s: float, grace_s: float, say: Callable[[str], None],
-                 on_scan: Callable[[int, bool], None] | None = None) -> None:
+                 on_scan: Callable[[int, bool, float | None], None] | None = None,
+                 compile_timeout_s: float = COMPILE_TIMEOUT_S) -> None:
         self.proc = proc
         self.run_dir = run_dir
         self.first_step_timeout_s = first_step_timeout_s
         self.stall_timeout_s = stall_timeout_s
+        self.compile_timeout_s = compile_timeout_s
         self.grace_s = grace_s
         self.say = say
-        self.on_scan = on_scan  # (steps done, stopping) after each read of the step files
+        # (steps done, stopping, seconds compiled since the last step while compiling now, else
+        # None) after each read of the step files
+        self.on_scan = on_scan
         self.progress = StepProgress(run_dir)
+        self.compiles = CompileWatch(run_dir)
         self.stop_reason = ""  # "" | "interrupted" | "timeout" | "stalled"
         self.message = ""
         self.idle_s: float | None = None  # seconds without a step when it was stopped
         self.limit_s: float | None = None  # the stall limit that applied then
+        self.compile_s: float | None = None  # of idle_s, seconds compiling (None: no compile seen)
+        self.compiling = False  # a compilation was in progress when it was stopped
+        self.compile_limit_s: float | None = None  # set when the compile limit stopped it
         self.interrupts = 0
         self.received = signal.SIGINT
         self.started = time.monotonic()
@@ -118,28 +134,57 @@ class Supervisor:
         return max(self.stall_timeout_s, STALL_MEDIANS * median if median is not None else 0.0)
 
     def _idle_s(self, now: float) -> float:
-        return now - (self.progress.last_step_at or self.started)
+        return now - self._last(now)
+
+    def _last(self, now: float) -> float:
+        return self.progress.last_step_at or self.started
+
+    def compile_s_now(self, now: float) -> float:
+        """Seconds compiled since the last optimizer step (any rank)."""
+        return self.compiles.seconds(self._last(now), now)
+
+    def _note_compiles(self, now: float) -> None:
+        self.compiling = self.compiles.compiling()
+        self.compile_s = round(self.compile_s_now(now), 1) if self.compiles.seen else None
 
     def _check_stall(self, now: float) -> None:
         limit = self.stall_limit_s()
         idle = self._idle_s(now)
-        if idle <= limit:
+        compiled = self.compile_s_now(now)
+        if idle - compiled <= limit and compiled <= self.compile_timeout_s:
+            return
+        self.compiles.poll(now)  # a compilation that began since the last scan counts too
+        compiled = self.compile_s_now(now)
+        over_compile = compiled > self.compile_timeout_s
+        if idle - compiled <= limit and not over_compile:
             return
         self.idle_s, self.limit_s = idle, limit
+        self._note_compiles(now)
         steps = self.progress.steps
-        if not steps:
+        at = f"at step {min(self.progress.done.values())}" if steps else "before the first optimizer step"
+        # compile time is left out of the stall limits: say how much of the wait it was
+        spent = f", {compiled:.0f} s of it compiling, which does not count" if compiled >= 1.0 else ""
+        if over_compile:
+            self.compile_limit_s = self.compile_timeout_s
+            self.stop_reason = "stalled" if steps else "timeout"
+            self.message = (
+                f"stuck compiling {at}: torch.compile compiled for {compiled:.0f} s without an "
+                f"optimizer step (limit {self.compile_timeout_s:g} s); writing every rank's stacks "
+                "and stopping it. Raise --compile-timeout if compiling this model takes that long."
+            )
+        elif not steps:
             self.stop_reason = "timeout"
             self.message = (
-                f"no optimizer step in {limit:g} s: the script never called optimizer.step() (or is "
-                "stuck before its first step); stopping it. Raise --first-step-timeout if its "
-                "start-up is slow."
+                f"no optimizer step in {idle:.0f} s (limit {limit:g} s{spent}): the script never "
+                "called optimizer.step() (or is stuck before its first step); stopping it. Raise "
+                "--first-step-timeout if its start-up is slow."
             )
         else:
             self.stop_reason = "stalled"
             self.message = (
-                f"stalled at step {min(self.progress.done.values())}: no optimizer step for "
-                f"{idle:.0f} s (limit {limit:g} s); writing every rank's stacks and stopping it. "
-                "Raise --stall-timeout if the script evaluates or checkpoints for that long."
+                f"stalled {at}: no optimizer step for {idle:.0f} s (limit {limit:g} s{spent}); "
+                "writing every rank's stacks and stopping it. Raise --stall-timeout if the script "
+                "evaluates or checkpoints for that long."
             )
         self.say(f"gpudoctor: {self.message}")
 
@@ -153,16 +198,21 @@ class Supervisor:
             time.sleep(POLL_S)
             now = time.monotonic()
             if now >= next_scan:
-                self.progress.poll(now)
+                if self.progress.poll(now):
+                    self.compiles.forget_before(self._last(now))
+                self.compiles.poll(now)
                 next_scan = now + SCAN_S
                 if self.on_scan is not None:
-                    self.on_scan(self.progress.steps, bool(self.stop_reason))
+                    compiling = self.compile_s_now(now) if self.compiles.compiling() else None
+                    self.on_scan(self.progress.steps, bool(self.stop_reason), compiling)
             if not self.stop_reason:
                 self._check_stall(now)
             if self.stop_reason and deadline is None:
                 if self.stop_reason == "interrupted":
                     self.progress.poll(now)
+                    self.compiles.poll(now)
                     self.idle_s, self.limit_s = self._idle_s(now), self.stall_limit_s()
+                    self._note_compiles(now)
                     self.say("gpudoctor: interrupted; writing the stacks, stopping the script and "
                              "writing what was gathered (Ctrl-C again to kill it now)")
                 if self.interrupts <= 1:

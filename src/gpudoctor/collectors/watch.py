@@ -151,12 +151,15 @@ class RunProgress:
         steps: optimizer steps finished (the furthest rank).
         total: the steps the run stops after; ``None`` runs to the script's end.
         window: the profiler window's (first, last) step, or ``None``.
+        compiling_s: while some rank compiles (``torch.compile``), the seconds compiled since
+            the last optimizer step; ``None`` when none compiles now.
     """
 
     stage: str
     steps: int = 0
     total: int | None = None
     window: tuple[int, int] | None = None
+    compiling_s: float | None = None
 
 
 def progress_stage(steps: int, window: tuple[int, int] | None, stopping: bool) -> str:
@@ -171,19 +174,21 @@ def progress_stage(steps: int, window: tuple[int, int] | None, stopping: bool) -
 
 
 class ProgressReporter:
-    """Turn the supervisor's scans (steps done, stopping) into :class:`RunProgress` reports, one
-    per change of stage or step count."""
+    """Turn the supervisor's scans (steps done, stopping, seconds compiling) into
+    :class:`RunProgress` reports, one per change of stage, step count or whole second compiled."""
 
     def __init__(self, report: Callable[[RunProgress], None], *, total: int | None,
                  window: tuple[int, int] | None) -> None:
         self.report, self.total, self.window = report, total, window
-        self.last: tuple[str, int] | None = None
+        self.last: tuple[str, int, int | None] | None = None
 
-    def __call__(self, steps: int, stopping: bool) -> None:
-        now = (progress_stage(steps, self.window, stopping), steps)
+    def __call__(self, steps: int, stopping: bool, compiling_s: float | None = None) -> None:
+        seconds = None if compiling_s is None else int(compiling_s)
+        now = (progress_stage(steps, self.window, stopping), steps, seconds)
         if now != self.last:
             self.last = now
-            self.report(RunProgress(stage=now[0], steps=steps, total=self.total, window=self.window))
+            self.report(RunProgress(stage=now[0], steps=steps, total=self.total, window=self.window,
+                                    compiling_s=None if stopping else compiling_s))
 
 
 def echoes(echo_child: bool, stdout_to_stderr: bool, echo: Callable[[bytes], None] | None) -> tuple[Any, Any]:

@@ -33,6 +33,7 @@ class GpuSpec:
     bf16: float | None = None
     fp16: float | None = None
     fp8: float | None = None
+    pcie_gen: int | None = None  # the host link, x16
 
     def peak_tflops(self, dtype: str) -> float | None:
         if dtype not in DTYPES:
@@ -46,6 +47,18 @@ def load_specs() -> tuple[GpuSpec, ...]:
     text = resources.files("gpudoctor.data").joinpath("gpu_specs.toml").read_text("utf-8")
     rows = tomllib.loads(text)["gpu"]
     return tuple(GpuSpec(**{**row, "match": tuple(row["match"])}) for row in rows)
+
+
+# Usable bandwidth of one PCIe lane, one direction, GB/s, after line encoding
+# (8b/10b up to Gen2, 128b/130b for Gen3-5, 242B/256B FLIT for Gen6).
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def pcie_gbs(gen: int | None, width: int | None) -> float | None:
+    """Line rate of a PCIe link in GB/s per direction, or ``None`` when gen/width are unknown."""
+    if not gen or not width or gen not in PCIE_LANE_GBS:
+        return None
+    return PCIE_LANE_GBS[gen] * width
 
 
 def match_spec(device_name: str) -> GpuSpec | None:

@@ -154,6 +154,9 @@ class WindowSummary:
     kernel_ms: float | None = None  # union of compute kernels (not NCCL, not copies)
     memcpy_ms: float | None = None  # union of copies not overlapped by any kernel
     flops: float | None = None  # matmul/conv FLOPs of the window (profiler with_flops)
+    # host time in the caching allocator's CUDA calls (cudaMalloc/cudaFree and async forms)
+    alloc_calls: int = 0
+    alloc_ms: float = 0.0
 
 
 @record
@@ -183,3 +186,10 @@ class RunManifest:
     # seconds without an optimizer step at that moment, and the stall limit that applied.
     idle_s: float | None = None
     stall_limit_s: float | None = None
+    # Added with compile-aware stalls: of ``idle_s``, the seconds some rank spent compiling (not
+    # counted against the stall limit; None: no compilation seen since the last step); whether
+    # a compilation was in progress when it was stopped; and ``--compile-timeout`` when that
+    # limit (seconds compiling without a step) is what stopped it.
+    compile_s: float | None = None
+    compiling: bool = False
+    compile_limit_s: float | None = None

@@ -24,6 +24,9 @@ RUNDIR/
   stacks-rank{N}.txt     every thread's Python stack of rank N (faulthandler) when the run
                          stalled, was interrupted or died of a fatal signal; stacks-pid{P}.txt
                          for a probed process without a rank (torchrun's launcher)
+  compile-pid{P}.jsonl   the start and end of each compilation (torch.compile) of probed
+                         process P, as it happened (the supervisor leaves compile time out of
+                         its stall limits; the steps carry compile_ms)
   report.html            the HTML report (gpudoctor report)
 ```
 Every JSON file carries ``schema_version``; see :mod:`gpudoctor.records.base`.

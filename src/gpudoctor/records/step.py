@@ -9,6 +9,59 @@ from __future__ import annotations
 from gpudoctor.records.base import record
 from gpudoctor.records.memory import AllocatorStats
 
+# The named host operations the probes time in every step (HostOp.op).
+OP_SAVE = "torch.save"
+OP_LOAD = "torch.load"
+OP_GC = "gc"
+
+
+@record
+class HostOp:
+    """Host time of one named operation in one step, measured around every call.
+
+    Attributes:
+        op: :data:`OP_SAVE`, :data:`OP_LOAD` (serialization) or :data:`OP_GC` (the garbage
+            collector's pauses, from ``gc.callbacks``).
+        ms: host wall time inside it, summed over the step's calls (a collection inside a
+            ``torch.save`` counts in both).
+        calls: calls (collections for ``gc``); ``bytes``: bytes written or read, when a path or
+            a seekable file told (0 when unknown); ``gen2``: full collections (``gc`` only).
+        site: the innermost frame of the script's own code in the longest call,
+            ``function (file.py:88)``; empty for ``gc`` (it runs wherever an allocation hits).
+    """
+
+    op: str
+    ms: float
+    calls: int = 1
+    bytes: int = 0
+    gen2: int = 0
+    site: str = ""
+
+
+@record
+class HostFrame:
+    """The script's own code the stack sampler found the training thread in, in a step that had
+    already run for several recent median steps.
+
+    Attributes:
+        function, file, line: the innermost frame of the script's own code (not the interpreter's
+            library, installed packages or gpudoctor).
+        samples: how many samples found it there; ``ms``: the time they stand for.
+        op: the named operation running then (``HostOp.op``), or empty.
+        lib: the innermost frame's module and function when it was outside the script
+            (``torch.nn.modules.conv.forward``, ``PIL.Image.save``), or empty.
+        callers: up to two outer frames of the script's own code, ``function (file.py:12)``.
+    """
+
+    function: str
+    file: str
+    line: int
+    samples: int
+    ms: float
+    op: str = ""
+    lib: str = ""
+    callers: tuple[str, ...] = ()
+
 
 @record
 class StepRecord:
@@ -28,6 +81,8 @@ class StepRecord:
             ``None`` on CPU or when not yet read.
         h2d_bytes: bytes copied host-to-device in the step.
         h2d_pageable_bytes: of those, bytes whose source was not pinned.
+        h2d_wide_float_bytes: of those, bytes of float32/float64 sources (what uint8 or bf16
+            inputs would shrink); 0 in older records.
         h2d_copies: number of host-to-device copy calls.
         h2d_blocking_copies: copies issued without ``non_blocking=True``.
         host_syncs: counted synchronising calls (``.item()``, ``.cpu()``, ``.tolist()``,
@@ -46,9 +101,16 @@ class StepRecord:
             ``gpudoctor run``; calling it every step slows training and fixes no leak).
         compiles: frames ``torch.compile`` compiled during the step (``None`` when TorchDynamo
             was not in use); after warm-up each one is a recompilation.
+        compile_ms: host time TorchDynamo/Inductor spent compiling during the step, from
+            torch's compile start/end callbacks (added by ``gpudoctor run``; ``None`` when
+            TorchDynamo was not in use or this torch has no such callbacks).
         grad_norm: the global gradient norm the script's ``torch.nn.utils.clip_grad_norm_``
             returned in the step (its last call), read lazily like the loss (added by
             ``gpudoctor run``); ``None`` when the script does not clip.
+        host_ops: the named host operations of the step with their time (serialization, garbage
+            collection); empty when none ran or in older recordings.
+        host_frames: where the stack sampler found the training thread in a step that ran
+            long (``HostFrame``), most samples first; empty in normal steps.
     """
 
     rank: int
@@ -60,6 +122,7 @@ class StepRecord:
     gpu_ms: float | None = None
     h2d_bytes: int = 0
     h2d_pageable_bytes: int = 0
+    h2d_wide_float_bytes: int = 0
     h2d_copies: int = 0
     h2d_blocking_copies: int = 0
     host_syncs: int = 0
@@ -75,3 +138,6 @@ class StepRecord:
     empty_cache_calls: int = 0
     compiles: int | None = None
     grad_norm: float | None = None
+    host_ops: tuple[HostOp, ...] = ()
+    host_frames: tuple[HostFrame, ...] = ()
+    compile_ms: float | None = None

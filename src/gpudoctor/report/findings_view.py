@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.analysis.breakdown import PARTS
+from gpudoctor.analysis.compile_time import compile_line
 from gpudoctor.analysis.facts import RunFacts, run_facts
 from gpudoctor.analysis.prescription import pct
 from gpudoctor.analysis.run_stats import history_note, one_off_note
@@ -171,7 +172,8 @@ def top_tables(facts: RunFacts, n: int) -> list[RenderableType]:
 
 
 def breakdown_notes(facts: RunFacts) -> list[Text]:
-    """Lines under the table: how the parts were split, who waits for whom, and each rank's
+    """Lines under the table: how the parts were split, who waits for whom, each rank's compile
+    time (:func:`gpudoctor.analysis.compile_time.compile_line`), and its
     one-off slow step and steps with allocation history on left out of the figures
     (:func:`gpudoctor.analysis.run_stats.one_off_note`, :func:`~gpudoctor.analysis.run_stats.history_note`)."""
     if not facts.ranks:
@@ -190,6 +192,9 @@ def breakdown_notes(facts: RunFacts) -> list[Text]:
             notes.append(f"rank(s) {', '.join(map(str, waiting))}: comm is mostly waiting for "
                          f"rank {slow} in collectives")
     out = [Text(n, style="dim") for n in notes]
+    for rf in facts.ranks:  # compilation: start-up work, its own line (recompiles: a finding)
+        if rf.compile is not None:
+            out.append(Text(compile_line(rf.compile), style="dim"))
     for rf in facts.ranks:  # a late start-up cost, reported like the warm-up the title names
         line = one_off_note(rf.stats, rf.config)
         if line:

@@ -39,8 +39,11 @@ def render_summary(run: RunData, *, full: bool = True):
     m = run.manifest
     lines = [Text(f"command: {' '.join(m.command)}")] if full else []
     if full or m.status not in ("stopped", "completed"):
+        words = STATUS_WORDS.get(m.status, m.status)
+        if m.compile_limit_s and m.status in ("timeout", "stalled"):
+            words = f"stopped: compiling for over {m.compile_limit_s:g} s (--compile-timeout) without an optimizer step"
         lines.append(Text(
-            f"status: {m.status} — {STATUS_WORDS.get(m.status, m.status)}"
+            f"status: {m.status} — {words}"
             + (f" (exit code {m.exit_code})" if m.exit_code not in (None, 0) else "")
         ))
     if m.knobs and full:
@@ -73,6 +76,7 @@ def render_summary(run: RunData, *, full: bool = True):
             _fmt(s.host_syncs, ".0f"),
             _fmt(s.peak_mem_gb, ".2f"),
         )
-    notes = [Text(s.one_off, style="yellow") for s in stats if s.one_off]
+    notes = [Text(s.compile, style="dim") for s in stats if s.compile]
+    notes += [Text(s.one_off, style="yellow") for s in stats if s.one_off]
     notes += [Text(s.history, style="dim") for s in stats if s.history]
     return Group(*lines, table, *notes)

@@ -143,3 +143,11 @@ def test_gpu_copies_of_annotations_are_not_gpu_work() -> None:
     s = reduce_events(events, rank=0, first_step=0, last_step=0, wall_ms=1.0)
     assert s.kernel_count == 9 and s.gpu_busy_ms == pytest.approx(0.018)
     assert "Optimizer.step#AdamW.step" not in [k.name for k in s.top_kernels]
+
+
+def test_the_allocators_cuda_calls_are_timed_apart() -> None:
+    events = [_cpu("cudaMalloc", 0, 30), _cpu("cudaFree", 40, 50), _cpu("cudaLaunchKernel", 100, 5),
+              _cpu("aten::empty", 110, 4), _dev("elementwise_kernel", 120, 8)]
+    s = reduce_events(events, rank=0, first_step=0, last_step=0, wall_ms=1.0)
+    assert (s.alloc_calls, s.alloc_ms) == (2, pytest.approx(0.08))
+    assert [o.name for o in s.top_ops] == ["aten::empty"]  # runtime calls are not CPU ops

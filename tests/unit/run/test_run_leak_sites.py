@@ -173,9 +173,11 @@ def test_the_steps_run_with_history_on_are_left_out_of_the_steady_figures(tmp_pa
 
     (stats,) = payload["stats"]
     assert stats["history_steps"] == [9, 10, 11, 12, 13]
-    # 60 steps: warm-up 0-5 and the profiler window 55-59 out, then the 5 recorded ones
-    assert stats["steps"] == 60 - 6 - 5 - 5
-    assert stats["one_off_steps"] == [] and stats["one_off"] is None
+    # 60 steps: warm-up 0-5 and the profiler window 55-59 out, then the 5 recorded ones; a step a
+    # loaded machine happened to stall may be left out as a one-off, never one of the recorded ones
+    one_off = stats["one_off_steps"]
+    assert not set(one_off) & set(range(9, 14)), one_off
+    assert stats["steps"] == 60 - 6 - 5 - 5 - len(one_off)
     assert stats["mean_step_ms"] < 10.0  # no 40 ms step in the mean (5 ms steps, CPU noise ~1 ms)
     assert "5 steps (9-13) ran with allocation history on" in stats["history"]
     codes = {f["code"] for f in payload["findings"]}

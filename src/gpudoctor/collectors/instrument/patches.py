@@ -59,6 +59,8 @@ def _note_h2d(src: Any, t0: float, non_blocking: bool) -> None:
     S.h2d_s += _perf() - t0
     nbytes = src.numel() * src.element_size()
     S.h2d_bytes += nbytes
+    if src.is_floating_point() and src.element_size() >= 4:
+        S.h2d_wide_float += nbytes  # float32/float64: the bytes uint8 or bf16 would shrink
     S.h2d_copies += 1
     if not non_blocking:
         S.h2d_blocking += 1
@@ -213,10 +215,13 @@ def _patch_loader(torch: Any) -> None:
     orig_next = base.__next__
 
     def __next__(self):
+        host = S.host
+        outer, host.op = host.op, host.op or "data"  # a torch.load in a dataset is the loader's time
         t0 = _perf()
         try:
             return_value = orig_next(self)
         finally:
+            host.op = outer
             if S.step == 0 and S.data_wait_s == 0.0 and not S.seen.fetched:
                 S.seen.fetched = True
                 S.t_last = t0  # step 0 starts with its first batch, not at import

@@ -43,6 +43,9 @@ from gpudoctor.collectors.instrument import (
     ENV_NVTX,
     ENV_STEPS,
     ENV_TRACE_DIR,
+    compile_events,
+    host_sampler,
+    host_work,
     leak_probe,
 )
 from gpudoctor.collectors.instrument.state import S, is_owner
@@ -82,6 +85,12 @@ def install() -> None:
     from gpudoctor.collectors.instrument import patches
 
     patches.install_all()
+    import torch
+
+    from gpudoctor.collectors.instrument import host_work
+
+    host_work.install(torch)
+    compile_events.install()
     knobs.apply_from_env()
     from gpudoctor.collectors.instrument import spawn
 
@@ -222,6 +231,7 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "h2d_ms": S.h2d_s * 1000.0,
             "h2d_bytes": S.h2d_bytes,
             "h2d_pageable_bytes": S.h2d_pageable,
+            "h2d_wide_float_bytes": S.h2d_wide_float,
             "h2d_copies": S.h2d_copies,
             "h2d_blocking_copies": S.h2d_blocking,
             "host_syncs": S.syncs,
@@ -231,8 +241,11 @@ def boundary(*, skipped: bool | None, found_inf: Any = None) -> None:
             "micro_steps": max(S.backwards, 1),
             "empty_cache_calls": S.empty_cache,
             "compiles": _compiled_frames_delta(),
+            "compile_ms": compile_events.take_step_ms(),
             "scaler_skipped": skipped,
         }
+        host_work.end_step(fields, now - S.t_last)
+        host_sampler.start()
         waiting: set[str] = set()
         S.pending[step] = fields
         S.waiting[step] = waiting

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,24 @@ class Seen:
 
 
 @dataclass(eq=False)
+class HostCounters:
+    """What :mod:`.host_work` and :mod:`.host_sampler` gather in the current step: the named
+    operations' time (``ops``: op -> [seconds, calls, bytes, gen2, site, longest call's seconds])
+    and the sampled frames (``frames``: (function, file, line, op) -> [samples, seconds, libs,
+    callers]); both handed to the step's record, and replaced, at its boundary."""
+
+    ops: dict[str, list[Any]] = field(default_factory=dict)
+    frames: dict[tuple[str, str, int, str], list[Any]] = field(default_factory=dict)
+    op: str = ""  # the named operation the training thread is in now ("data": the DataLoader)
+    gc_t0: float = 0.0  # when the running collection started (0.0: none running)
+    gc_gen: int = 0
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=15))  # recent steps' seconds
+    thread: int = 0  # the training thread's ident (the one that ends the steps)
+    sampler_pid: int = 0  # the process the sampler thread runs in
+    wakes: int = 0  # times the sampler thread woke (its whole cost in normal steps)
+
+
+@dataclass(eq=False)
 class State:
     """Mutable per-process probe state (one instance, :data:`S`)."""
 
@@ -132,6 +151,7 @@ class State:
     h2d_s: float = 0.0
     h2d_bytes: int = 0
     h2d_pageable: int = 0
+    h2d_wide_float: int = 0  # bytes of float32/float64 sources
     h2d_copies: int = 0
     h2d_blocking: int = 0
     syncs: int = 0
@@ -140,6 +160,7 @@ class State:
     tokens: int | None = None
     backwards: int = 0
     empty_cache: int = 0
+    host: HostCounters = field(default_factory=HostCounters)
 
     def __post_init__(self) -> None:
         self.t_last = self.t_origin
@@ -157,6 +178,7 @@ class State:
         self.h2d_s = 0.0
         self.h2d_bytes = 0
         self.h2d_pageable = 0
+        self.h2d_wide_float = 0
         self.h2d_copies = 0
         self.h2d_blocking = 0
         self.syncs = 0
@@ -200,4 +222,4 @@ def is_owner() -> bool:
     return os.getpid() == S.owner_pid
 
 
-__all__ = ["MAX_LAG_STEPS", "LoaderCounts", "S", "Seen", "State", "is_owner"]
+__all__ = ["MAX_LAG_STEPS", "HostCounters", "LoaderCounts", "S", "Seen", "State", "is_owner"]
