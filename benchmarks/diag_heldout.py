@@ -11,6 +11,8 @@ by someone who had not read the diagnosis code. Two steps:
     python benchmarks/diag_heldout.py score --set diag-1 --work DIR [--clock DIR] --label before \
         --out benchmarks/results/diag_heldout/diag-1-before.json
 
+``score --reanalyse`` diagnoses the stored records with today's analysis instead of reading the
+findings the run wrote (what changes in the rules alone do; new probes need a new run).
 ``measure --skip-clock`` re-runs only gpudoctor (the speed-ups do not change with gpudoctor's
 code; ``score --clock`` reads them from the earlier results). A case is *material* when its fix
 is at least ``MATERIAL`` faster; the verdict of each case:
@@ -146,7 +148,18 @@ def _speedup(clock: Path, name: str) -> float | None:
     return base / fixed if base and fixed else None
 
 
-def _findings(run_dir: Path) -> list[dict]:
+def _reanalysed(run_dir: Path) -> list[dict]:
+    """The findings today's analysis makes from the run's stored records (nothing is written)."""
+    from gpudoctor.analysis.diagnose import diagnose
+    from gpudoctor.records.base import to_dict
+    from gpudoctor.records.rundir import load_run
+
+    return [to_dict(f) for f in diagnose(load_run(run_dir))]
+
+
+def _findings(run_dir: Path, reanalyse: bool = False) -> list[dict]:
+    if reanalyse and (run_dir / "manifest.json").exists():
+        return _reanalysed(run_dir)
     path = run_dir / "findings.json"
     if not path.exists():
         return []
@@ -181,7 +194,7 @@ def score(ns: argparse.Namespace) -> None:
     cases = load_cases(ns.set)
     work = Path(ns.work)
     clock = Path(ns.clock) / "clock" if ns.clock else work / "clock"
-    rows = {name: judge(case, _findings(work / "runs" / name), _speedup(clock, name))
+    rows = {name: judge(case, _findings(work / "runs" / name, ns.reanalyse), _speedup(clock, name))
             for name, case in cases.items()}
     material = [r for r in rows.values() if r["material"]]
     right = sum(r["verdict"] == "right" for r in material)
@@ -219,6 +232,8 @@ def main() -> None:
     s.add_argument("--clock")
     s.add_argument("--label", default="")
     s.add_argument("--out")
+    s.add_argument("--reanalyse", action="store_true",
+                   help="diagnose the stored records with today's code instead of reading findings.json")
     ns = parser.parse_args()
     (measure if ns.cmd == "measure" else score)(ns)
 
