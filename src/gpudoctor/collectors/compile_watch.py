@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from gpudoctor.collectors.instrument.compile_events import FILE_PREFIX
+from gpudoctor.collectors.jsonl_tail import JsonlTail
 
 
 class CompileWatch:
@@ -21,29 +22,15 @@ class CompileWatch:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, bytes] = {}
+        self._tail = JsonlTail(run_dir, f"{FILE_PREFIX}*.jsonl")
         self.open: dict[int, float] = {}  # pid -> start of its compilation in progress
         self.spans: list[tuple[float, float]] = []  # finished compilations (start, end)
         self.seen = False  # any compilation at all
 
     def poll(self, now: float) -> None:
         """Read the lines appended since the last call."""
-        for path in self.run_dir.glob(f"{FILE_PREFIX}*.jsonl"):
-            try:
-                with path.open("rb") as fh:
-                    fh.seek(self._offsets.get(path, 0))
-                    chunk = fh.read()
-            except OSError:
-                continue
-            if not chunk:
-                continue
-            self._offsets[path] = self._offsets.get(path, 0) + len(chunk)
-            lines = (self._partial.pop(path, b"") + chunk).split(b"\n")
-            if lines[-1]:
-                self._partial[path] = lines[-1]
-            for line in lines[:-1]:
-                self._take(line, now)
+        for line in self._tail.new_lines():
+            self._take(line, now)
 
     def _take(self, line: bytes, now: float) -> None:
         try:

@@ -27,6 +27,7 @@ from typing import Any
 
 from gpudoctor.collectors import stacks
 from gpudoctor.collectors.compile_watch import CompileWatch
+from gpudoctor.collectors.jsonl_tail import JsonlTail
 
 STALL_MEDIANS = 20  # a step this many times the median long, with no step since, is a stall
 # Compiling without an optimizer step this long is stuck: max-autotune of a large model compiles
@@ -42,8 +43,7 @@ class StepProgress:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, bytes] = {}
+        self._tail = JsonlTail(run_dir, "steps-rank*.jsonl")
         self.done: dict[int, int] = {}  # rank -> steps finished (highest step index + 1)
         self.recent_ms: deque[float] = deque(maxlen=256)  # step times after step 0, all ranks
         self.last_step_at: float | None = None  # monotonic time a new step was last seen
@@ -51,21 +51,8 @@ class StepProgress:
     def poll(self, now: float) -> bool:
         """Read what was appended since the last call; True when a new step showed up."""
         grew = False
-        for path in self.run_dir.glob("steps-rank*.jsonl"):
-            try:
-                with path.open("rb") as fh:
-                    fh.seek(self._offsets.get(path, 0))
-                    chunk = fh.read()
-            except OSError:
-                continue
-            if not chunk:
-                continue
-            self._offsets[path] = self._offsets.get(path, 0) + len(chunk)
-            lines = (self._partial.pop(path, b"") + chunk).split(b"\n")
-            if lines[-1]:
-                self._partial[path] = lines[-1]
-            for line in lines[:-1]:
-                grew |= self._take(line)
+        for line in self._tail.new_lines():
+            grew |= self._take(line)
         if grew:
             self.last_step_at = now
         return grew
