@@ -183,7 +183,7 @@ CHECKS: dict[str, Callable[[str], tuple[bool, tuple[str, ...]]]] = {
 
 
 _LOSS_VALUE = re.compile(
-    r"(?<![a-z0-9])loss\b[\w\s]*?['\"]?\s*[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
+    r"(?<![a-z0-9])loss(?:_\w+)?\b[\w\s]*?['\"]?\s*[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
     re.IGNORECASE,
 )
 _STEP = re.compile(r"\b(?P<k>step|iter|iteration|it|epoch|batch)\b\s*[:=#]?\s*\[?(?P<n>\d+)", re.IGNORECASE)
