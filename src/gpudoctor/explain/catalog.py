@@ -11,8 +11,13 @@ Schema of an entry (every key is checked by :func:`load_catalog`):
 ``anchors``    lower-case literals; at least one must occur in a line before its patterns are tried
 ``patterns``   regular expressions over real message texts (case-insensitive); a hit is a strong match
 ``keywords``   weaker lower-case phrases; keywords alone give a low-confidence match
+``symptoms``   regular expressions over the failure told in words ("8 GPUs train only 2x faster than
+               one", "显存缓慢上涨"); tried when a ``symptom_anchors`` literal occurs in the line; a hit
+               is medium-confidence evidence and needs no numeric check (prose gives no numbers)
 ``check``      optional name of a numeric check in :mod:`gpudoctor.explain.facts` that must pass
 ``overrides``  ids of less specific entries this one replaces when both match the same incident
+``context``    optional situation (:data:`gpudoctor.explain.context.SITUATIONS`) that must be visible
+               around the matched line (its frames or nearby text) for the entry to count
 ``cause``, ``verify``, ``fix``, ``links``, ``seeds``: the explanation
 ``samples``    ``[[entry.samples]]`` with ``text`` (copied from a public thread) and ``source``
 =============  ====================================================================================
@@ -26,6 +31,7 @@ import re
 import tomllib
 from importlib import resources
 
+from gpudoctor.explain.context import SITUATIONS
 from gpudoctor.explain.facts import CHECKS
 
 _ROLES = ("root", "secondary")
@@ -66,6 +72,9 @@ class Entry:
     # why a match on Python warning lines alone ranks as a warning, not as the error that stopped
     # the run ("" for entries whose warning is the failure itself, e.g. CUDA initialisation)
     warning_alone: str = ""
+    context: str | None = None
+    symptom_anchors: tuple[str, ...] = ()
+    symptoms: tuple[re.Pattern[str], ...] = ()
 
     def __post_init__(self) -> None:
         where = f"{self.file}: entry {self.id!r}"
@@ -79,13 +88,17 @@ class Entry:
             raise ValueError(f"{where}: give at least one pattern or keyword")
         if not self.anchors:
             raise ValueError(f"{where}: give at least one lower-case anchor literal")
-        if any(a != a.lower() or not a for a in self.anchors + self.keywords):
+        if bool(self.symptoms) != bool(self.symptom_anchors):
+            raise ValueError(f"{where}: symptoms and symptom_anchors go together")
+        if any(a != a.lower() or not a for a in self.anchors + self.keywords + self.symptom_anchors):
             raise ValueError(f"{where}: anchors and keywords must be non-empty and lower-case")
-        if any(ch.isdigit() or ch == "#" for a in self.anchors + self.keywords for ch in a):
+        if any(ch.isdigit() or ch == "#" for a in self.triggers for ch in a):
             # lines are de-duplicated with their digits blanked before the trigger scan
             raise ValueError(f"{where}: anchors and keywords must not contain digits or '#'")
         if self.check is not None and self.check not in CHECKS:
             raise ValueError(f"{where}: unknown check {self.check!r}; known: {sorted(CHECKS)}")
+        if self.context is not None and self.context not in SITUATIONS:
+            raise ValueError(f"{where}: unknown context {self.context!r}; known: {list(SITUATIONS)}")
         if not (self.cause and self.verify and self.fix and self.links):
             raise ValueError(f"{where}: cause, verify, fix and links are all required")
         if not self.samples:
@@ -99,7 +112,7 @@ class Entry:
     @property
     def triggers(self) -> tuple[str, ...]:
         """Literals whose presence makes a line worth matching against this entry."""
-        return self.anchors + self.keywords
+        return self.anchors + self.keywords + self.symptom_anchors
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -143,6 +156,7 @@ def _entry(raw: dict, file: str) -> Entry:
     where = f"{file}: entry {raw.get('id', '?')!r}"
     try:
         patterns = tuple(re.compile(p, re.IGNORECASE) for p in raw.get("patterns", ()))
+        symptoms = tuple(re.compile(p, re.IGNORECASE) for p in raw.get("symptoms", ()))
     except re.error as exc:
         raise ValueError(f"{where}: bad pattern ({exc})") from None
     try:
@@ -165,6 +179,9 @@ def _entry(raw: dict, file: str) -> Entry:
             samples=tuple(Sample(text=s["text"], source=s["source"]) for s in raw.get("samples", ())),
             file=file,
             warning_alone=" ".join(raw.get("warning_alone", "").split()),
+            context=raw.get("context"),
+            symptom_anchors=tuple(raw.get("symptom_anchors", ())),
+            symptoms=symptoms,
         )
     except KeyError as exc:
         raise ValueError(f"{where}: missing key {exc}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor.explain.catalog import Catalog, load_catalog
+from gpudoctor.explain.context import advise, detect
 from gpudoctor.explain.facts import LOG_NOTES
 from gpudoctor.explain.logparse import (
     EXTRACT_TRIGGERS,
@@ -17,6 +18,7 @@ from gpudoctor.explain.logparse import (
 )
 from gpudoctor.explain.matcher import EntryHits, apply_overrides, match_joined, match_lines
 from gpudoctor.explain.ranking import rank_matches
+from gpudoctor.explain.structure import failure_structure
 from gpudoctor.records.explain import ExplainMatch, ExplainReport, ExtractedError
 
 # a line Python's warnings module printed: "<file>:<line>: UserWarning: ..." (any *Warning class),
@@ -46,9 +48,18 @@ def _severity(hits: EntryHits) -> str:
     return hits.entry.severity
 
 
-def _to_match(hits: EntryHits, errors: list[ExtractedError], lines: list[str]) -> ExplainMatch:
+def _situations(hits: EntryHits, lines: list[str]) -> frozenset[str]:
+    """The situations (:mod:`gpudoctor.explain.context`) around the entry's strongest hit."""
+    index = hits.first.index
+    before = "\n".join(lines[max(0, index - 20_000): index + 1]).lower()
+    return detect(failure_structure(lines, index), before)
+
+
+def _to_match(hits: EntryHits, errors: list[ExtractedError], lines: list[str],
+              situations: frozenset[str]) -> ExplainMatch:
     entry, first = hits.entry, hits.first
-    notes: list[str] = []
+    context_notes, context_fix = advise(entry.id, situations)
+    notes: list[str] = list(context_notes)
     if entry.id in LOG_NOTES:
         notes += LOG_NOTES[entry.id](lines, min(h.index for h in hits.hits))
     for hit in hits.hits:
@@ -68,7 +79,7 @@ def _to_match(hits: EntryHits, errors: list[ExtractedError], lines: list[str]) -
         ranks=tuple(sorted({h.rank for h in hits.hits if h.rank is not None})),
         cause=entry.cause,
         verify=entry.verify,
-        fix=entry.fix,
+        fix=context_fix + tuple(f for f in entry.fix if f not in context_fix),
         links=entry.links,
         notes=tuple(notes[:3]),
         context=_context(hits, errors),
@@ -97,7 +108,12 @@ def explain_text(text: str, *, catalog: Catalog | None = None) -> ExplainReport:
     errors = extract_errors(lines, parsed)
     launcher = parse_launcher(lines, parsed)
     ranks_seen = sorted({rank for rank, _ in parsed.values() if rank is not None})
-    matches = [_to_match(hits, errors, lines) for hits in found.values()]
+    situations = {entry_id: _situations(hits, lines) for entry_id, hits in found.items()}
+    # an entry that requires a situation (a CUDA "initialization error" inside a DataLoader worker)
+    # counts only where that situation is visible
+    matches = [_to_match(hits, errors, lines, situations[entry_id])
+               for entry_id, hits in found.items()
+               if hits.entry.context is None or hits.entry.context in situations[entry_id]]
     return ExplainReport(
         matches=rank_matches(matches, launcher),
         extracted=tuple(errors),

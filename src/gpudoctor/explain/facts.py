@@ -183,7 +183,7 @@ CHECKS: dict[str, Callable[[str], tuple[bool, tuple[str, ...]]]] = {
 
 
 _LOSS_VALUE = re.compile(
-    r"(?<![a-z0-9])loss\b[\w\s]*?['\"]?\s*[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
+    r"(?<![a-z0-9])loss(?:_\w+)?\b[\w\s]*?['\"]?\s*[:=]?\s*\[?(?P<v>[+-]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[+-]?\d+)?))(?![\w.])",
     re.IGNORECASE,
 )
 _STEP = re.compile(r"\b(?P<k>step|iter|iteration|it|epoch|batch)\b\s*[:=#]?\s*\[?(?P<n>\d+)", re.IGNORECASE)
@@ -226,7 +226,43 @@ def loss_turned_nonfinite(lines: list[str], index: int) -> tuple[str, ...]:
             "check the inputs and the initialisation before the learning rate",)
 
 
+_CAPABILITY = re.compile(r"with CUDA capability (sm_\d+) is not compatible", re.IGNORECASE)
+_SUPPORTED = re.compile(r"supports CUDA capabilities ((?:sm_\d+\s*)+)", re.IGNORECASE)
+# GPU families newer than many installed torch builds, by the name nvidia-smi / torch prints
+_GPU_ARCH = (
+    (re.compile(r"\bRTX (?:PRO )?50\d0\b|\bRTX PRO 6000 Blackwell|\bB200\b|\bB100\b|\bGB200\b"), "sm_100/sm_120"),
+    (re.compile(r"\bH100\b|\bH200\b|\bGH200\b|\bH800\b"), "sm_90"),
+    (re.compile(r"\bRTX 40\d0\b|\bL4\b|\bL40S?\b|\bRTX 6000 Ada\b"), "sm_89"),
+    (re.compile(r"\bRTX 30\d0(?: Ti)?\b|\bA10G?\b|\bA40\b|\bRTX A\d000\b"), "sm_86"),
+    (re.compile(r"\bA100\b|\bA800\b|\bA30\b"), "sm_80"),
+)
+
+
+def capability_gap(lines: list[str], index: int) -> tuple[str, ...]:
+    """For a kernel-image or cuDNN failure: the GPU's compute capability when the log shows it
+    (torch's "with CUDA capability sm_86 is not compatible" warning, or a GPU name), with the
+    capabilities the installed build supports: the build is too old for that sm_XX."""
+    window = "\n".join(lines[max(0, index - _LOOKBACK // 100): index + 50])
+    found = _CAPABILITY.search(window)
+    arch = found.group(1) if found else None
+    if arch is None:
+        for pattern, name in _GPU_ARCH:
+            if pattern.search(window):
+                arch = name
+                break
+    if arch is None:
+        return ()
+    supported = _SUPPORTED.search(window)
+    have = f" (it has kernels for {' '.join(supported.group(1).split())})" if supported else ""
+    certain = "" if found else "if the build predates this GPU: "
+    return (f"{certain}this torch build is too old for {arch}{have}: install a build whose "
+            f"torch.cuda.get_arch_list() includes {arch.split('/')[0]} (a newer torch with a newer CUDA, "
+            "e.g. a cu118/cu12x wheel)",)
+
+
 # notes computed from the whole log for an entry (by id), given the lines and the first matched line
 LOG_NOTES: dict[str, Callable[[list[str], int], tuple[str, ...]]] = {
     "nan-loss": loss_turned_nonfinite,
+    "no-kernel-image": capability_gap,
+    "cudnn-status-error": capability_gap,
 }

@@ -13,6 +13,7 @@ from gpudoctor.explain.logparse import strip_rank
 # keyword-only evidence (one keyword, +0.1 per further keyword, capped)
 PATTERN_CONFIDENCE = 0.9
 CHECKED_CONFIDENCE = 0.95
+SYMPTOM_CONFIDENCE = 0.6  # a failure told in words: medium, below any message evidence
 KEYWORD_CONFIDENCE = 0.3
 KEYWORD_STEP = 0.1
 KEYWORD_CAP = 0.5
@@ -73,6 +74,9 @@ def _match_line(entry: Entry, body: str, low: str) -> tuple[float, tuple[str, ..
                     return PATTERN_CONFIDENCE, ()
                 passed, notes = CHECKS[entry.check](body)
                 return (CHECKED_CONFIDENCE, notes) if passed else None
+    if entry.symptoms and any(a in low for a in entry.symptom_anchors):
+        if any(pattern.search(body) for pattern in entry.symptoms):
+            return SYMPTOM_CONFIDENCE, ()
     if entry.keywords and entry.check is None:
         found = sum(1 for k in entry.keywords if k in low)
         if found:
@@ -107,7 +111,8 @@ def match_lines(
             if any(conf >= PATTERN_CONFIDENCE for _, conf, _ in results):
                 # keywords are only a fallback: a line another entry recognises by its full
                 # message is not also weak evidence for a generic entry
-                results = [r for r in results if r[1] >= PATTERN_CONFIDENCE]
+                # (a symptom told in words is kept: the line may describe the failure behind it)
+                results = [r for r in results if r[1] >= PATTERN_CONFIDENCE or r[1] == SYMPTOM_CONFIDENCE]
             memo[body] = results
         for entry, confidence, notes in results:
             hit = Hit(index=index, rank=rank, confidence=confidence, notes=notes, text=body.strip())
