@@ -54,7 +54,15 @@ class Callee:
 
 
 def _top_defs(tree: ast.Module) -> dict[str, ast.AST]:
-    return {n.name: n for n in tree.body if isinstance(n, (*_FUNCS, ast.ClassDef))}
+    found = _DEFS.get(id(tree))
+    if found is None or found[0] is not tree:
+        found = _DEFS[id(tree)] = (tree, {n.name: n for n in tree.body if isinstance(n, (*_FUNCS, ast.ClassDef))})
+        if len(_DEFS) > 1024:
+            _DEFS.pop(next(iter(_DEFS)))
+    return found[1]
+
+
+_DEFS: dict[int, tuple[ast.Module, dict[str, ast.AST]]] = {}  # id(tree) -> (tree, its top-level defs)
 
 
 def _method(cls: ast.ClassDef, name: str) -> ast.AST | None:

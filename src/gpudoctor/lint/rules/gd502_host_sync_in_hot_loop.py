@@ -161,10 +161,12 @@ def check(ctx: FileContext) -> Iterator[Hit]:
 def _helper_sync(ctx: FileContext, call: ast.Call, where) -> Hit | None:
     """A loss/output passed to a project helper that reads it on the host unconditionally."""
     graph = graph_names(ctx, where.func)
-    passed = {p: a.id for p, a in _bound(ctx, call, where).items() if isinstance(a, ast.Name) and a.id in graph}
-    if not passed:
+    if not any(isinstance(a, ast.Name) and a.id in graph for a in [*call.args, *(k.value for k in call.keywords)]):
         return None
     callee = resolve(ctx, call, where)
+    if callee is None:
+        return None
+    passed = {p: a.id for p, a in callee.bind(call).items() if isinstance(a, ast.Name) and a.id in graph}
     for inner, at in body_calls(callee):
         if at.guarded or at.loop is not None:
             continue
@@ -181,7 +183,3 @@ def _helper_sync(ctx: FileContext, call: ast.Call, where) -> Hit | None:
                              f"`{passed[recv.id]}.detach()` and read it every N steps")
     return None
 
-
-def _bound(ctx: FileContext, call: ast.Call, where) -> dict[str, ast.AST]:
-    callee = resolve(ctx, call, where)
-    return {} if callee is None else callee.bind(call)
