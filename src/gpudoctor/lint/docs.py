@@ -20,6 +20,12 @@ loss and an optimizer, such as `loss_scaler(loss, optimizer)`), what runs under
 autocast or `no_grad`, what a `Dataset.__getitem__` is — and **stays silent when it cannot decide
 statically** (a function parameter, a name assigned two different kinds of value, a `**kwargs` call).
 
+Jupyter notebooks (`*.ipynb`) are linted too: their code cells are joined in order and checked as one
+script, with IPython lines (`%time`, `!pip`, `x = !ls`) read as `pass` and cells in another language
+(`%%bash`, `%%writefile`) skipped. A finding names the cell as a 0-based index into the notebook's
+`cells` list (markdown cells count) and the line within that cell: `nb.ipynb:cells[3]:7:5 GD201 ...`,
+and JSON output gives it as `"cell": 3` (`null` for plain files). `--fix` leaves notebooks unchanged.
+
 ```console
 $ gpudoctor lint train.py src/
 train.py:12:5 GD101 `x.to()` on a tensor is not in place and its result is discarded: write `x = x.to(...)`

@@ -17,6 +17,7 @@ from types import ModuleType
 
 from gpudoctor.errors import GpuDoctorUserError
 from gpudoctor.lint.config import LintConfig
+from gpudoctor.lint.notebook import SUFFIX as NOTEBOOK, notebook_code, to_cells
 from gpudoctor.lint.fileio import SourceFile, decode, encode, is_regular, read_source, write_atomic
 from gpudoctor.lint.project import project_mentions, torch_ceiling, torch_floor
 from gpudoctor.lint.registry import select_rules
@@ -27,7 +28,7 @@ from gpudoctor.records.lint import LintReport, LintViolation
 
 PARSE_ERROR = "E999"
 WRITE_ERROR = "E902"
-SUFFIXES = (".py", ".sh")
+SUFFIXES = (".py", ".sh", NOTEBOOK)
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox",
                        "node_modules", "build", "dist", "site-packages", ".mypy_cache", ".pytest_cache",
                        ".ruff_cache", ".eggs"})
@@ -49,7 +50,12 @@ def discover(paths: Sequence[str | Path], config: LintConfig | None = None) -> l
             below: list[Path] = []
             # os.walk prunes skipped directories instead of listing them, and never follows
             # symlinked directories (no cycles)
-            for root, dirs, files in os.walk(path):
+            def unreadable(exc: OSError, top: Path = path) -> None:
+                if Path(exc.filename or "") == top:  # the folder named itself: say so, not "0 files"
+                    raise GpuDoctorUserError(f"folder {str(raw)!r} cannot be read ({exc.strerror}): "
+                                             "check its permissions") from exc
+
+            for root, dirs, files in os.walk(path, onerror=unreadable):
                 dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
                            and not (config and config.excluded(Path(root) / d))]
                 below += [Path(root) / name for name in files if name.endswith(SUFFIXES)]
@@ -58,7 +64,7 @@ def discover(paths: Sequence[str | Path], config: LintConfig | None = None) -> l
             if not is_regular(path):
                 raise GpuDoctorUserError(
                     f"path {str(raw)!r} is not a regular file (a FIFO, device or broken/looping symlink):"
-                    " pass Python files or directories")
+                    " pass Python files, notebooks or directories")
             found.append(path)
         else:
             raise GpuDoctorUserError(f"path {str(raw)!r} does not exist: pass existing files or directories")
@@ -231,6 +237,9 @@ def run_lint(paths: Sequence[str | Path], *, select: Sequence[str] | None = None
     fixed = 0
     for file in files:
         path = str(file)
+        if path.endswith(NOTEBOOK):
+            violations += lint_notebook(file, rules, config)
+            continue
         try:
             original = read_source(file)
         except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
@@ -244,6 +253,17 @@ def run_lint(paths: Sequence[str | Path], *, select: Sequence[str] | None = None
         violations += found
     run.report = LintReport(files_checked=len(files), violations=tuple(violations), fixed=fixed)
     return run
+
+
+def lint_notebook(file: Path, rules: Sequence[ModuleType], config: LintConfig) -> list[LintViolation]:
+    """Lint a notebook's code cells (see :mod:`gpudoctor.lint.notebook`); ``--fix`` leaves it alone."""
+    path = str(file)
+    try:
+        code = notebook_code(file.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return [LintViolation(path=path, line=1, col=1, code=PARSE_ERROR, severity="error",
+                              message=f"could not read the notebook ({exc.__class__.__name__}: {exc})")]
+    return to_cells(lint_text(code.text, path, rules, config), code)
 
 
 def _fix_file(file: Path, original: SourceFile, found: list[LintViolation], rules: Sequence[ModuleType],

@@ -10,16 +10,22 @@ from typing import NamedTuple
 from gpudoctor import __version__
 from gpudoctor.lint.registry import RULES_BY_CODE
 from gpudoctor.records.base import SCHEMA_VERSION, to_dict
-from gpudoctor.records.lint import LintReport
+from gpudoctor.records.lint import LintReport, LintViolation
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
+def place(v: LintViolation) -> str:
+    """``path:line:col``, or ``nb.ipynb:cells[3]:2:5`` in a notebook (0-based cell index, line in the cell)."""
+    cell = "" if v.cell is None else f"cells[{v.cell}]:"
+    return f"{v.path}:{cell}{v.line}:{v.col}"
+
+
 def to_text(report: LintReport) -> str:
     """One ``path:line:col CODE message`` line per violation, then a one-line summary."""
-    lines = [f"{v.path}:{v.line}:{v.col} {v.code} {v.message}" for v in report.violations]
+    lines = [f"{place(v)} {v.code} {v.message}" for v in report.violations]
     count = len(report.violations)
     fixable = sum(v.fixable for v in report.violations)
     if count:
@@ -98,7 +104,7 @@ def to_github(report: LintReport) -> str:
     level = {"error": "error", "warning": "warning", "info": "notice"}
     lines = [f"::{level.get(v.severity, 'warning')} title={_gh_escape('gpudoctor ' + v.code, prop=True)},"
              f"file={_gh_escape(v.path, prop=True)},line={v.line},col={v.col}::"
-             f"{_gh_escape(f'{v.path}:{v.line}:{v.col}: {v.code} {v.message}')}" for v in report.violations]
+             f"{_gh_escape(f'{place(v)}: {v.code} {v.message}')}" for v in report.violations]
     return "".join(line + "\n" for line in lines)
 
 
@@ -142,7 +148,7 @@ def to_junit(report: LintReport) -> str:
     for v in report.violations:
         by_file.setdefault(v.path, []).append(v)
     cases = [JUnitCase("gpudoctor.lint", path, tuple(
-        (f"{v.code} {v.message}", v.code, f"{v.path}:{v.line}:{v.col} {v.code} {v.message}") for v in found))
+        (f"{v.code} {v.message}", v.code, f"{place(v)} {v.code} {v.message}") for v in found))
         for path, found in by_file.items()]
     return junit_xml("gpudoctor lint", cases, empty=JUnitCase("gpudoctor.lint", "all files"))
 

@@ -17,6 +17,8 @@ class LintViolation:
         message: what is wrong and what to do, in one line.
         severity: ``"error"``, ``"warning"`` or ``"info"``.
         fixable: whether ``gpudoctor lint --fix`` rewrites it.
+        cell: in a notebook, the 0-based index into its ``cells`` list (``line`` then counts
+            from 1 within that cell); None for a plain file.
     """
 
     path: str
@@ -26,6 +28,7 @@ class LintViolation:
     message: str
     severity: str = "warning"
     fixable: bool = False
+    cell: int | None = None
 
 
 @record

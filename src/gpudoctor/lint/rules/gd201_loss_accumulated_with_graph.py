@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from gpudoctor.lint.calls import resolve
 from gpudoctor.lint.graph import loss_names
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext, call_name
@@ -31,7 +32,10 @@ RATIONALE = (
     "in them), unless the function also assigns it from `.item()`/`.detach()` or it is computed "
     "under `no_grad`, and only in a loop that also steps the optimizer (a total of micro-batch parts "
     "that lives one accumulation window is left alone): `total_l1 += l1` keeps the graph as surely "
-    "as `total += loss`."
+    "as `total += loss`. Totals kept in attributes and dicts (`self.losses[\"kd\"] += loss`) count "
+    "alike, and so does a meter of the project (`meter.update(loss)`, in this file or a sibling "
+    "module) whose method adds its argument itself to an attribute (`self.sum += val * n`); a meter "
+    "that detaches or converts the value, or one created inside the loop, is left alone."
 )
 BAD = ("total = 0.0\nfor x, y in loader:\n    loss = criterion(model(x), y)\n    loss.backward()\n"
        "    total += loss\n")
@@ -58,7 +62,7 @@ def _detached(ctx: FileContext, func: object) -> set[str]:
     return out
 
 
-def _reset_in_loop(ctx: FileContext, target: str, where) -> bool:
+def _reset_in_loop(ctx: FileContext, target: str, where) -> bool:  # target: a name or ``self.x[...]`` text
     """``target`` is set back to a number inside the innermost step loop around the addition
     (``running_loss = 0`` at each optimizer step): the total spans one accumulation window."""
     loops = [loop for loop in where.loops if loop in ctx.step_loops]
@@ -66,7 +70,7 @@ def _reset_in_loop(ctx: FileContext, target: str, where) -> bool:
         return False
     for stmt, at in ctx.stmts:
         if (at.func is where.func and loops[-1] in at.loops and isinstance(stmt, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == target for t in stmt.targets)
+                and any((t.id if isinstance(t, ast.Name) else ast.unparse(t)) == target for t in stmt.targets)
                 and isinstance(stmt.value, ast.Constant) and type(stmt.value.value) in (int, float)):
             return True
     return False
@@ -114,21 +118,29 @@ def _spans_optimizer_steps(ctx: FileContext, where) -> bool:
                and is_optimizer_step(call, ctx, at) for call, at in ctx.calls)
 
 
+def _target(stmt: ast.stmt) -> tuple[str, ast.AST] | None:
+    """``total += x`` / ``self.total += x`` / ``self.losses["kd"] += x`` / ``t = t + x``: (target text, x)."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(
+            stmt.target, (ast.Name, ast.Attribute, ast.Subscript)):
+        return (stmt.target.id if isinstance(stmt.target, ast.Name) else ast.unparse(stmt.target)), stmt.value
+    if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.BinOp) and isinstance(stmt.value.op, ast.Add)
+            and isinstance(stmt.value.left, ast.Name) and stmt.value.left.id == stmt.targets[0].id):
+        return stmt.targets[0].id, stmt.value.right
+    return None
+
+
 def check(ctx: FileContext) -> Iterator[Hit]:
     for stmt, where in ctx.stmts:
         if where.no_grad or not any(loop in ctx.step_loops for loop in where.loops):
             continue
-        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Name):
-            target, value = stmt.target.id, stmt.value
-        elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-              and isinstance(stmt.value, ast.BinOp) and isinstance(stmt.value.op, ast.Add)
-              and isinstance(stmt.value.left, ast.Name) and stmt.value.left.id == stmt.targets[0].id):
-            target, value = stmt.targets[0].id, stmt.value.right
-        else:
+        found = _target(stmt)
+        if found is None:
             continue
+        target, value = found
         detached = _detached(ctx, where.func)
         losses = loss_names(ctx, where.func) - detached
-        if target in losses:
+        if target in losses or target in _backward_texts(ctx, where.func):
             continue  # accumulating a loss that is itself back-propagated: intended
         name = _added_loss(value, losses)
         parts = {n: owner for n, owner in _loss_parts(ctx, where.func, losses).items() if n not in detached}
@@ -142,3 +154,63 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             yield Hit(stmt, f"`{target} += {part}` keeps every step's autograd graph alive (`{part}` is "
                             f"part of `{parts[part]}`, which is back-propagated): add `{part}.item()` or "
                             f"`{part}.detach()`")
+    yield from _meter_hits(ctx)
+
+
+def _backward_texts(ctx: FileContext, func: object) -> set[str]:
+    """``self.acc`` of ``self.acc.backward()`` in ``func``: attribute totals that are back-propagated."""
+    key = ("gd201_backward", func)
+    if key not in ctx.cache:
+        ctx.cache[key] = {ast.unparse(c.func.value) for c, w in ctx.calls if w.func is func
+                          and isinstance(c.func, ast.Attribute) and c.func.attr == "backward"
+                          and isinstance(c.func.value, (ast.Attribute, ast.Subscript))}
+    return ctx.cache[key]
+
+
+def _meter_hits(ctx: FileContext) -> Iterator[Hit]:
+    """``meter.update(loss)`` in the step loop, where the project method adds its argument itself
+    to an attribute (``self.sum += val * n``): the meter keeps every step's graph."""
+    for call, where in ctx.calls:
+        if (where.no_grad or where.loop not in ctx.step_loops or not isinstance(call.func, ast.Attribute)
+                or not call.args or not isinstance(call.args[0], ast.Name)):
+            continue
+        losses = loss_names(ctx, where.func) - _detached(ctx, where.func)
+        if call.args[0].id not in losses or _built_in_loop(ctx, call.func.value, where):
+            continue
+        callee = resolve(ctx, call, where)
+        param = next(iter(callee.bind(call)), None) if callee is not None else None
+        if param is None or callee.bind(call)[param] is not call.args[0]:
+            continue
+        if _sums_argument(callee, param):
+            name = call.args[0].id
+            yield Hit(call, f"`{ast.unparse(call.func)}({name})` adds `{name}` itself to a running total "
+                            f"({callee.where()}), keeping every step's autograd graph alive: pass "
+                            f"`{name}.item()` or `{name}.detach()`")
+
+
+def _built_in_loop(ctx: FileContext, recv: ast.AST, where) -> bool:
+    """The meter is created inside the step loop: its total lives one step."""
+    if not isinstance(recv, ast.Name):
+        return False
+    return any(at.func is where.func and where.loop in at.loops and isinstance(stmt, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == recv.id for t in stmt.targets)
+               for stmt, at in ctx.stmts)
+
+
+def _sums_argument(callee, param: str) -> bool:
+    """The method adds ``param`` (or ``param * n``) to a ``self`` attribute unconditionally and never
+    rebinds, detaches or converts it."""
+    sums = False
+    for stmt, at in callee.ctx.stmts:
+        if at.func is not callee.func:
+            continue
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(n, ast.Name) and n.id == param for t in targets for n in ast.walk(t)):
+                return False  # ``val = val.detach()`` or similar: not the argument itself
+        if (isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and not at.guarded
+                and at.loop is None and isinstance(stmt.target, ast.Attribute)
+                and isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == "self"
+                and _added_loss(stmt.value, {param})):
+            sums = True
+    return sums

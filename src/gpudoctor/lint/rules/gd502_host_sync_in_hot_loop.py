@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from gpudoctor.lint.graph import graph_names, loss_names
+from gpudoctor.lint.calls import body_calls, resolve
 from gpudoctor.lint.rules.base import Hit
 from gpudoctor.lint.scope import FileContext
 
@@ -28,7 +29,9 @@ RATIONALE = (
     "torch.cuda.synchronize if cuda else (lambda: None)`, or a function of the file that syncs), nor is an `.item()` whose value is a length or index the next lines need on the "
     "host (`x[:, :lens.max().item()]`, `n = mask.sum().item()` then `x[:n]` or `range(n)`): a "
     "data-dependent shape costs that sync wherever it is read. Test modules (`test_*.py`, `*_test.py`, `conftest.py`) check values on toy "
-    "data, not throughput, and are skipped."
+    "data, not throughput, and are skipped. A loss or model output passed to a project helper on "
+    "every step (`meter.update(loss)`, `log_loss(loss)`, in this file or a sibling module) whose "
+    "body reads it unconditionally (`val.item()`, `float(val)`) is reported at the call, naming the helper."
 )
 BAD = "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    running += loss.item()\n"
 GOOD = ("for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    loss.backward()\n"
@@ -149,3 +152,34 @@ def check(ctx: FileContext) -> Iterator[Hit]:
             if any(_tensor_arg(ctx, a, where.func, losses) for a in call.args):
                 yield Hit(call, f"`{call.func.id}()` of a tensor on every training step waits for the GPU: "
                                 "do it every N steps (`if step % log_every == 0`)")
+        elif call.args or call.keywords:
+            hit = _helper_sync(ctx, call, where)
+            if hit is not None:
+                yield hit
+
+
+def _helper_sync(ctx: FileContext, call: ast.Call, where) -> Hit | None:
+    """A loss/output passed to a project helper that reads it on the host unconditionally."""
+    graph = graph_names(ctx, where.func)
+    if not any(isinstance(a, ast.Name) and a.id in graph for a in [*call.args, *(k.value for k in call.keywords)]):
+        return None
+    callee = resolve(ctx, call, where)
+    if callee is None:
+        return None
+    passed = {p: a.id for p, a in callee.bind(call).items() if isinstance(a, ast.Name) and a.id in graph}
+    for inner, at in body_calls(callee):
+        if at.guarded or at.loop is not None:
+            continue
+        if isinstance(inner.func, ast.Attribute) and inner.func.attr in METHODS and not inner.args:
+            recv = inner.func.value
+        elif isinstance(inner.func, ast.Name) and inner.func.id == "float" and len(inner.args) == 1:
+            recv = inner.args[0]
+        else:
+            continue
+        if isinstance(recv, ast.Name) and recv.id in passed:
+            read = f".{inner.func.attr}()" if isinstance(inner.func, ast.Attribute) else "float()"
+            return Hit(call, f"`{ast.unparse(call.func)}()` ({callee.where()}) reads `{passed[recv.id]}` with "
+                             f"`{read}` on every training step, which waits for the GPU: pass "
+                             f"`{passed[recv.id]}.detach()` and read it every N steps")
+    return None
+
