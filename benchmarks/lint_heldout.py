@@ -59,6 +59,11 @@ KIND_CODES: dict[str, tuple[str, ...]] = {
     "ddp_no_set_device": ("GD403",),
     "ddp_no_distributed_sampler": ("GD409",),
 }
+# codes of rules added after lint-1's before score, each to the one kind whose pitfall it names
+for kind, code in (("save_whole_module", "GD604"), ("fsdp_clip_grad_norm", "GD414"),
+                   ("non_blocking_unpinned", "GD107"), ("load_every_rank_no_map_location", "GD415"),
+                   ("sampling_loop_with_grad", "GD206")):
+    KIND_CODES[kind] += (code,)
 
 
 def lint(project: Path) -> list[dict]:
