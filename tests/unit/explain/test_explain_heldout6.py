@@ -74,7 +74,7 @@ def test_the_same_error_raised_in_a_notebook_is_still_recognised() -> None:
 
 def test_a_message_quoted_in_a_rich_box_source_listing_is_not_evidence() -> None:
     text = ("╭──────────────────── Traceback (most recent call last) ─────────────────────╮\n"
-            "│ /work/train.py:88 in worker                                                │\n"
+            "│ /app/train.py:88 in worker                                                 │\n"
             "│                                                                            │\n"
             "│    87 │   # first: no 'Cannot re-initialize CUDA in forked subprocess' here      │\n"
             "│ ❱  88 │   torch.cuda.set_device(rank)                                          │\n"

@@ -1,5 +1,5 @@
 """Symptoms told in words: one case per entry of the seeds' troubleshooting handbooks
-(/work/shared/seeds: 000 §6 Q1-Q10, 001 §3.4 / §5.1, 002 §5.1-5.4) and the issue's own wordings,
+(the seed articles: 000 §6 Q1-Q10, 001 §3.4 / §5.1, 002 §5.1-5.4) and the issue's own wordings,
 in English and, where natural, in the handbooks' Chinese. Prose that mentions a GPU but describes
 no failure gets no answer."""
 
