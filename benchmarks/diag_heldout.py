@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -104,7 +105,8 @@ def _tar(work: Path, tar: Path) -> None:
     tmp = tar.with_suffix(".tmp")
     with tarfile.open(tmp, "w:gz") as t:
         for p in sorted(work.rglob("*")):
-            if p.is_file() and p.suffix in KEEP and p.stat().st_size < 4 << 20:
+            if (p.is_file() and p.suffix in KEEP and p.stat().st_size < 4 << 20
+                    and p.relative_to(work).parts[0] != "cases"):
                 t.add(p, arcname=str(p.relative_to(work)))
     tmp.replace(tar)
 
@@ -120,7 +122,10 @@ def measure(ns: argparse.Namespace) -> None:
     for name in cases:
         if only and name not in only:
             continue
-        case_dir = HELDOUT / ns.set / "cases" / name
+        # a scratch copy: the scripts write checkpoints and logs beside themselves
+        case_dir = work / "cases" / name
+        shutil.rmtree(case_dir, ignore_errors=True)
+        shutil.copytree(HELDOUT / ns.set / "cases" / name, case_dir)
         if not ns.skip_clock:
             for variant in ("train", "train_fixed"):
                 rec = _clock(case_dir / f"{variant}.py", work / "clock" / f"{name}-{variant}.json")

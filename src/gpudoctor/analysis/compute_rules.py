@@ -156,7 +156,7 @@ def _launch_gain(rf: RankFacts, idle: float, th: Thresholds) -> tuple[float, str
                    "them take turns, cost more than the launches (see GD-RUN-HOST-SYNC)")
     return min(idle, beyond / step), (
         line + f": over {th.host_bound_margin:g}x the GPU's, so even without the syncs the host "
-               f"could not keep the GPU fed; fewer launches save up to {ms(beyond)}")
+               f"could not keep the GPU fed; fewer launches save up to {ms(min(beyond, idle * step))}")
 
 
 def launch_fix(rf: RankFacts) -> list[str]:
@@ -175,8 +175,9 @@ def launch_fix(rf: RankFacts) -> list[str]:
     return fix
 
 
-# torch.optim classes with a fused (one kernel per step) CUDA implementation; the rest have foreach
-_FUSED = ("Adam", "AdamW", "SGD", "Adagrad")
+# torch.optim classes with a fused (one kernel per step) CUDA implementation in every torch this
+# project supports (2.4 on); the rest get foreach
+_FUSED = ("Adam", "AdamW", "SGD")
 
 
 def optimizer_line(cfg) -> str | None:

@@ -106,7 +106,8 @@ def _copy_bound(rf: RankFacts, th: Thresholds, measured_gbs: float | None) -> li
     if not b.gpu_timeline or step <= 0 or not loads or b.copy_ms < THRESHOLDS["min_share"][0] * step:
         return []
     load = max(loads.values(), key=lambda c: c.gpu_ms_per_step)
-    exposed = min(b.copy_ms, load.gpu_ms_per_step + (rf.stats.mean_h2d_ms or 0.0))
+    issue_ms = (rf.stats.mean_h2d_ms or 0.0) if load.kind == "HtoD" else 0.0  # the probes time H2D issue only
+    exposed = min(b.copy_ms, load.gpu_ms_per_step + issue_ms)
     if load.kind == "HtoD" and load.pinned_frac < 1.0 - THRESHOLDS["pageable_max_frac"][0]:
         return []
     size = f"{load.bytes_per_step / 1e6:,.1f} MB" if load.bytes_per_step else "data"
