@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.analysis.breakdown import host_active_ms
-from gpudoctor.analysis.facts import RankFacts, RunFacts
+from gpudoctor.analysis.facts import RankFacts, RunFacts, main_loader
 from gpudoctor.analysis.prescription import ms, pct, performance_finding, worst_rank
 from gpudoctor.analysis.thresholds import Thresholds
 from gpudoctor.records.finding import Finding, Severity
@@ -54,12 +54,16 @@ def _host_sync(rf: RankFacts, th: Thresholds) -> list[Finding]:
         # host's other work is the cause)
         return [_host_bound_syncs_note(rf, syncs, cost)]
     gpu_idle = 1.0 - rf.busy_frac if rf.busy_frac is not None else idle
-    if idle < th.idle_min_share and (cost is None or gpu_idle < th.idle_min_share or cost < th.info_gain):
+    loader = main_loader(rf.config)
+    loads_inline = loader is None or loader.num_workers == 0  # batches made on the training thread
+    if idle < th.idle_min_share and (cost is None or gpu_idle < th.idle_min_share or cost < th.info_gain
+                                     or not loads_inline):
         # the GPU stays fed despite the syncs (a GPU-bound host blocks in them while the GPU
         # runs queued work): reading a loss per step is then fine, and telling the user to
         # remove them would promise a gain the records do not show. A GPU that idles while
-        # the host waits for data is not fed: a sync stops the host loading the next batch
-        # while the GPU runs, and the cost (min(W, step - busy)) says what that is worth.
+        # the host makes the next batch itself (no workers) is not fed: the sync stops that
+        # work overlapping the GPU's, and the cost (min(W, step - busy)) says what it is worth;
+        # with workers, batches are made meanwhile in other processes and the wait absorbs it.
         return [_cheap_syncs_note(rf, syncs, idle, th)]
     evidence = [
         f"{syncs:.0f} host-device syncs per step (median), rank {rf.rank}",

@@ -133,8 +133,12 @@ def test_a_sync_that_stops_the_host_loading_ahead_is_costed_not_dismissed(build)
     # but the GPU is not fed: without the sync the host loads the next batch while the GPU runs
     steps = build.steps(step_ms=46.0, data_wait_ms=10.0, host_syncs=1, sync_ms=9.0, h2d_ms=0.0)
     w = build.window(gpu_busy_ms=32.7 * 5, sync_calls=5, sync_ms=45.0)
-    f = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w})))["GD-RUN-HOST-SYNC"]
+    inline = build.config(loaders=(build.loader(num_workers=0),))
+    f = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w}, configs={0: inline})))["GD-RUN-HOST-SYNC"]
     assert f.severity is Severity.WARN and f.expected_gain == round(9.0 / 46.0, 4)
+    # with workers the batches are made meanwhile in other processes: the wait absorbs the sync
+    workers = by_code(diagnose(build.run(steps_by_rank={0: steps}, windows={0: w})))["GD-RUN-HOST-SYNC"]
+    assert workers.severity is Severity.INFO and workers.expected_gain is None
 
 
 def test_copies_without_byte_counts_in_the_trace_take_the_probes_count(build):
